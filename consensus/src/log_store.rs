@@ -1,0 +1,292 @@
+//! `LogStore`: raft-rs's [`Storage`] over the [`Wal`]. It keeps the uncompacted log in memory
+//! (like raft-rs's `MemStorage`) and writes every change through to the WAL first.
+//!
+//! Why not `MemStorage` itself: after `MemStorage::compact` the term of `first_index() - 1` is
+//! lost (it only remembers the term of an *installed snapshot*), and Raft needs that term to
+//! match appends after compaction. Here the compaction point `(index, term)` is kept next to the
+//! entries and is durable in the WAL's metadata file.
+//!
+//! Invariants: `entries` is contiguous and starts at `compacted.index + 1`; an in-memory change
+//! happens only after the WAL write succeeded; `hard_state.commit <= last_index()`.
+
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
+use raft::{GetEntriesContext, RaftState, Storage, StorageError};
+
+use crate::error::{Error, Result};
+use crate::wal::Wal;
+
+/// The node's Raft log: in-memory view plus the durable WAL behind it.
+pub(crate) struct LogStore {
+    wal: Wal,
+    entries: Vec<Entry>,
+    hard_state: HardState,
+    conf_state: ConfState,
+    /// Last compacted entry: everything at or below `index` is gone, but its `term` is kept.
+    compacted: (u64, u64),
+}
+
+impl LogStore {
+    /// Opens and recovers the log in `dir`. A brand-new directory is bootstrapped with
+    /// `ConfState { voters }`. `applied` is the state machine's recovered index: applied implies
+    /// committed, so the commit index is raised to it if the log's is lower (the commit index
+    /// is written without fsync and may lag the state machine's own durable state).
+    pub(crate) fn open(
+        dir: &std::path::Path,
+        segment_bytes: u64,
+        voters: &[u64],
+        applied: u64,
+    ) -> Result<LogStore> {
+        let (mut wal, recovered) = Wal::open(dir, segment_bytes)?;
+        let meta = match recovered.meta {
+            Some(meta) => meta,
+            None => {
+                let mut meta = SnapshotMetadata::default();
+                meta.mut_conf_state().voters = voters.to_vec();
+                wal.save_meta(meta.clone())?;
+                meta
+            }
+        };
+        let mut store = LogStore {
+            wal,
+            entries: recovered.entries,
+            hard_state: recovered.hard_state,
+            conf_state: meta.get_conf_state().clone(),
+            compacted: (meta.index, meta.term),
+        };
+        let last = store.last_index();
+        if applied < store.compacted.0 {
+            return Err(Error::Config(format!(
+                "state machine recovered to index {applied}, but the log is compacted up to {}: \
+                 the entries needed to catch it up are gone",
+                store.compacted.0
+            )));
+        }
+        if applied > last {
+            return Err(Error::Config(format!(
+                "state machine recovered to index {applied}, beyond the end of the Raft log \
+                 ({last}): the log has lost acknowledged entries"
+            )));
+        }
+        let commit = store.hard_state.commit.max(applied).max(store.compacted.0);
+        if commit > last {
+            return Err(Error::Config(format!(
+                "recovered commit index {commit} is beyond the end of the Raft log ({last})"
+            )));
+        }
+        store.hard_state.commit = commit;
+        store.hard_state.term = store.hard_state.term.max(store.compacted.1);
+        Ok(store)
+    }
+
+    /// Writes entries and the HardState to the WAL, then to memory. Not durable until
+    /// [`LogStore::sync`]. Returns the bytes written.
+    pub(crate) fn append(&mut self, entries: &[Entry], hs: Option<&HardState>) -> Result<u64> {
+        if let Some(first) = entries.first() {
+            if first.index <= self.compacted.0 || first.index > self.last_index() + 1 {
+                return Err(Error::Config(format!(
+                    "append at index {} outside the log ({}..={})",
+                    first.index,
+                    self.compacted.0 + 1,
+                    self.last_index() + 1
+                )));
+            }
+        }
+        let written = self.wal.append(entries, hs)?;
+        if let Some(first) = entries.first() {
+            self.entries
+                .truncate((first.index - self.compacted.0 - 1) as usize);
+            self.entries.extend_from_slice(entries);
+        }
+        if let Some(hs) = hs {
+            self.hard_state = hs.clone();
+        }
+        Ok(written)
+    }
+
+    /// fsyncs everything appended so far.
+    pub(crate) fn sync(&mut self) -> Result<()> {
+        self.wal.sync()
+    }
+
+    /// Records a new commit index (a HardState record, written but not fsynced: recovery raises
+    /// the commit index to the state machine's applied index anyway). Returns bytes written.
+    pub(crate) fn set_commit(&mut self, commit: u64) -> Result<u64> {
+        let mut hs = self.hard_state.clone();
+        hs.commit = commit;
+        self.append(&[], Some(&hs))
+    }
+
+    /// Persists a ConfState produced by applying a configuration change.
+    pub(crate) fn set_conf_state(&mut self, cs: ConfState) -> Result<()> {
+        let mut meta = self.wal.meta().clone();
+        meta.set_conf_state(cs.clone());
+        self.wal.save_meta(meta)?;
+        self.conf_state = cs;
+        Ok(())
+    }
+
+    /// Discards entries up to and including `index` (covered by a state-machine checkpoint),
+    /// keeping its term as the compaction point. Returns the number of WAL segments deleted.
+    pub(crate) fn compact(&mut self, index: u64) -> Result<usize> {
+        if index <= self.compacted.0 {
+            return Ok(0);
+        }
+        let term = self.term(index).map_err(|_| {
+            Error::Config(format!(
+                "cannot compact to {index}: the log ends at {}",
+                self.last_index()
+            ))
+        })?;
+        let mut meta = SnapshotMetadata {
+            index,
+            term,
+            ..Default::default()
+        };
+        meta.set_conf_state(self.conf_state.clone());
+        let deleted = self.wal.compact(meta)?;
+        self.entries.drain(..(index - self.compacted.0) as usize);
+        self.compacted = (index, term);
+        Ok(deleted)
+    }
+
+    pub(crate) fn last_index(&self) -> u64 {
+        self.entries.last().map_or(self.compacted.0, |e| e.index)
+    }
+
+    fn first(&self) -> u64 {
+        self.compacted.0 + 1
+    }
+}
+
+impl Storage for LogStore {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState::new(
+            self.hard_state.clone(),
+            self.conf_state.clone(),
+        ))
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low < self.first() {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > self.last_index() + 1 || low > high {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        let offset = self.first();
+        let mut entries = self.entries[(low - offset) as usize..(high - offset) as usize].to_vec();
+        raft::util::limit_size(&mut entries, max_size.into());
+        Ok(entries)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        if idx == self.compacted.0 {
+            return Ok(self.compacted.1);
+        }
+        if idx < self.compacted.0 {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        match self.entries.get((idx - self.first()) as usize) {
+            Some(e) => Ok(e.term),
+            None => Err(raft::Error::Store(StorageError::Unavailable)),
+        }
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.first())
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(LogStore::last_index(self))
+    }
+
+    /// Snapshots carry state-machine data, which the `StateMachine` trait cannot produce yet:
+    /// a follower that falls behind the compaction point cannot be caught up. Raft treats this
+    /// error as "try again later".
+    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        Err(raft::Error::Store(
+            StorageError::SnapshotTemporarilyUnavailable,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(index: u64, term: u64) -> Entry {
+        Entry {
+            index,
+            term,
+            data: vec![index as u8].into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn term_of_compaction_point_survives_compaction_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = LogStore::open(dir.path(), 1 << 20, &[1], 0).unwrap();
+            let ents: Vec<_> = (1..=10).map(|i| entry(i, 1 + i / 5)).collect();
+            let hs = HardState {
+                term: 3,
+                commit: 10,
+                ..Default::default()
+            };
+            store.append(&ents, Some(&hs)).unwrap();
+            store.sync().unwrap();
+            store.compact(6).unwrap();
+            assert_eq!(store.first_index().unwrap(), 7);
+            assert_eq!(store.term(6).unwrap(), 2);
+            assert!(store.term(5).is_err());
+            assert_eq!(
+                store
+                    .entries(7, 11, None, GetEntriesContext::empty(false))
+                    .unwrap()
+                    .len(),
+                4
+            );
+        }
+        let store = LogStore::open(dir.path(), 1 << 20, &[9], 6).unwrap();
+        assert_eq!((store.first_index().unwrap(), store.last_index()), (7, 10));
+        assert_eq!(store.term(6).unwrap(), 2);
+        assert_eq!(store.term(10).unwrap(), 3);
+        let state = store.initial_state().unwrap();
+        assert_eq!(
+            state.conf_state.voters,
+            vec![1],
+            "bootstrap ConfState persists"
+        );
+        assert_eq!(state.hard_state.commit, 10);
+    }
+
+    #[test]
+    fn recovery_raises_commit_to_applied_and_rejects_impossible_states() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = LogStore::open(dir.path(), 1 << 20, &[1], 0).unwrap();
+            let ents: Vec<_> = (1..=5).map(|i| entry(i, 1)).collect();
+            let hs = HardState {
+                term: 1,
+                commit: 2,
+                ..Default::default()
+            };
+            store.append(&ents, Some(&hs)).unwrap();
+            store.sync().unwrap();
+        }
+        let store = LogStore::open(dir.path(), 1 << 20, &[1], 4).unwrap();
+        assert_eq!(store.initial_state().unwrap().hard_state.commit, 4);
+        drop(store);
+        assert!(matches!(
+            LogStore::open(dir.path(), 1 << 20, &[1], 6),
+            Err(Error::Config(_))
+        ));
+    }
+}

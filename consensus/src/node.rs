@@ -1,0 +1,301 @@
+//! The node: its configuration, the [`StateMachine`] it drives, and the [`NodeHandle`]
+//! through which the rest of Sluice proposes commands.
+//!
+//! [`start`] recovers the log, then runs the node task (module `driver`) on a dedicated OS thread
+//! with a current-thread tokio runtime: it selects over the proposal queue, the tick interval and
+//! the stop signal, and does its blocking log writes and fsyncs inline. Because the thread is
+//! busy while it fsyncs, proposals arriving meanwhile wait in the queue and are all drained into
+//! the next write: that is group commit, with no timers.
+//!
+//! Guarantees to a proposer: `Ok` only after the command is in an fsynced log write, committed
+//! and applied; `Dropped` only when it certainly was not and will not be committed; `Unknown`
+//! when that cannot be known (shutdown, lost leadership); `Failed` once the node is poisoned or
+//! stopped. No waiter is left hanging: every path out of the node task answers it.
+
+mod driver;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::error::{Error, Result};
+use crate::log_store::LogStore;
+use crate::metrics::Metrics;
+use driver::{Driver, Proposal};
+
+/// The replicated state machine. It is called only from the node thread, in log order.
+pub trait StateMachine: Send + 'static {
+    /// What a command's proposer receives.
+    type Response: Send + 'static;
+    /// Apply one committed command (never called for empty/no-op entries). A deterministic
+    /// failure is part of `Response`; `Err(msg)` means a non-deterministic failure (disk): the
+    /// node stops (poisons) rather than diverge.
+    fn apply(&mut self, index: u64, command: &[u8]) -> std::result::Result<Self::Response, String>;
+    /// Index covered by the state machine's last durable checkpoint (after restart: what it
+    /// recovered to).
+    fn applied_index(&self) -> u64;
+    /// Make everything applied so far durable; return the index it now covers. The node may
+    /// then compact its log up to it.
+    fn checkpoint(&mut self) -> std::result::Result<u64, String>;
+}
+
+/// Node settings. [`NodeConfig::single`] gives sensible defaults for a one-node cluster.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node's Raft id (non-zero).
+    pub id: u64,
+    /// Voters used to bootstrap a brand-new log; afterwards the persisted ConfState wins.
+    pub voters: Vec<u64>,
+    /// WAL directory.
+    pub dir: PathBuf,
+    /// Length of one Raft tick.
+    pub tick_interval: Duration,
+    /// Ticks without a leader before a follower campaigns.
+    pub election_tick: usize,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_tick: usize,
+    /// Most proposals drained into one log write.
+    pub max_batch: usize,
+    /// Capacity of the proposal queue; `propose` waits when it is full (backpressure).
+    pub queue_depth: usize,
+    /// Checkpoint the state machine and compact the log after this many applied entries.
+    pub checkpoint_entries: u64,
+    /// Roll to a new WAL segment once the current one reaches this size.
+    pub wal_segment_bytes: u64,
+    /// TEST ONLY: sleep this long after every log fsync (simulates a slow disk).
+    pub fsync_delay: Option<Duration>,
+    /// Bytes of entries in one append message to a follower. Large enough that a whole
+    /// group-commit batch of ordinary commands replicates in one message; small enough that
+    /// catching up a lagging follower does not build huge messages.
+    pub max_size_per_msg: u64,
+    /// Append messages in flight to one follower before waiting for acks. Together with
+    /// `max_size_per_msg` this bounds the replication bytes buffered per follower
+    /// (4 MiB × 64 = 256 MiB by default).
+    pub max_inflight_msgs: usize,
+    /// Bytes of proposed-but-uncommitted entries the leader accepts; beyond it proposals are
+    /// `Dropped` (retryable). Bounds leader memory when a quorum is unreachable; it must exceed
+    /// one group-commit batch or healthy batches would be split by drops.
+    pub max_uncommitted_size: u64,
+}
+
+impl NodeConfig {
+    /// Defaults for a single-node cluster with id `id` and its WAL in `dir`.
+    pub fn single(id: u64, dir: PathBuf) -> Self {
+        NodeConfig {
+            id,
+            voters: vec![id],
+            dir,
+            tick_interval: Duration::from_millis(100),
+            election_tick: 10,
+            heartbeat_tick: 3,
+            max_batch: 4096,
+            queue_depth: 8192,
+            checkpoint_entries: 20_000,
+            wal_segment_bytes: 64 << 20,
+            fsync_delay: None,
+            max_size_per_msg: 4 << 20,
+            max_inflight_msgs: 64,
+            max_uncommitted_size: 512 << 20,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let fail = |what: &str| Err(Error::Config(what.to_string()));
+        if self.id == 0 {
+            return fail("id must be non-zero");
+        }
+        if self.voters.is_empty() || self.voters.contains(&0) {
+            return fail("voters must be non-empty, non-zero ids");
+        }
+        if self.tick_interval.is_zero() {
+            return fail("tick_interval must be positive");
+        }
+        if self.max_batch == 0 || self.queue_depth == 0 {
+            return fail("max_batch and queue_depth must be positive");
+        }
+        if self.checkpoint_entries == 0 || self.wal_segment_bytes == 0 {
+            return fail("checkpoint_entries and wal_segment_bytes must be positive");
+        }
+        Ok(())
+    }
+
+    fn raft_config(&self, applied: u64) -> raft::Config {
+        raft::Config {
+            id: self.id,
+            election_tick: self.election_tick,
+            heartbeat_tick: self.heartbeat_tick,
+            applied,
+            max_size_per_msg: self.max_size_per_msg,
+            max_inflight_msgs: self.max_inflight_msgs,
+            max_uncommitted_size: self.max_uncommitted_size,
+            // A leader cut off from a quorum steps down (so its waiters fail promptly instead
+            // of waiting forever), and a rejoining partitioned node cannot force a term bump.
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// Why a proposal did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    /// Certainly not committed (not the leader, dropped by Raft, overwritten by another
+    /// term): safe to retry.
+    #[error("proposal dropped: {0}")]
+    Dropped(String),
+    /// Outcome unknown (the node shut down or lost leadership while the proposal was pending).
+    #[error("proposal outcome unknown: {0}")]
+    Unknown(String),
+    /// The node is poisoned (e.g. an fsync failed) or stopped: it accepts no writes.
+    #[error("node unavailable: {0}")]
+    Failed(String),
+}
+
+/// A snapshot of the node's state, refreshed by the node task on every loop turn.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeStatus {
+    pub id: u64,
+    pub leader_id: u64,
+    pub term: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    /// "leader", "follower", "candidate" or "pre-candidate".
+    pub role: String,
+    /// Why the node stopped accepting writes, if it did.
+    pub poisoned: Option<String>,
+}
+
+struct Shared {
+    status: Arc<RwLock<NodeStatus>>,
+    metrics: Arc<Metrics>,
+    stop: watch::Sender<bool>,
+    stopped: watch::Receiver<bool>,
+}
+
+/// A cheap, cloneable handle to a running node.
+pub struct NodeHandle<R> {
+    proposals: mpsc::Sender<Proposal<R>>,
+    shared: Arc<Shared>,
+}
+
+impl<R> Clone for NodeHandle<R> {
+    fn clone(&self) -> Self {
+        NodeHandle {
+            proposals: self.proposals.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<R: Send + 'static> NodeHandle<R> {
+    /// Proposes a command; resolves after it is committed (persisted and fsynced to the log)
+    /// and applied, with the state machine's response. Waits for room in the bounded queue.
+    /// Empty commands are rejected (`Dropped`): an empty entry is Raft's own no-op.
+    pub async fn propose(&self, command: Vec<u8>) -> std::result::Result<R, ProposeError> {
+        if let Some(reason) = self.shared.status.read().poisoned.clone() {
+            return Err(ProposeError::Failed(reason));
+        }
+        let (reply, response) = oneshot::channel();
+        self.proposals
+            .send(Proposal { command, reply })
+            .await
+            .map_err(|_| ProposeError::Failed("node stopped".into()))?;
+        response
+            .await
+            .unwrap_or_else(|_| Err(ProposeError::Unknown("node stopped while waiting".into())))
+    }
+
+    /// The node's counters.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
+    }
+
+    /// The node's state as of its last loop turn.
+    pub fn status(&self) -> NodeStatus {
+        self.shared.status.read().clone()
+    }
+
+    /// Stops the node task — it finishes the current write, checkpoints, fails pending waiters
+    /// with `Unknown` and queued proposals with `Failed` — and waits for it to exit.
+    pub async fn shutdown(&self) {
+        self.shared.stop.send_replace(true);
+        let mut stopped = self.shared.stopped.clone();
+        // An error means the node thread is gone, which is what we are waiting for.
+        let _ = stopped.wait_for(|s| *s).await;
+    }
+}
+
+/// Opens the WAL in `config.dir` (creating it), recovers, starts the node on a dedicated OS
+/// thread and returns its handle. A brand-new log is bootstrapped with `config.voters`; a node
+/// that is the only voter campaigns at once, so it leads without waiting for an election
+/// timeout.
+pub fn start<SM: StateMachine>(config: NodeConfig, sm: SM) -> Result<NodeHandle<SM::Response>> {
+    config.validate()?;
+    let store = LogStore::open(
+        &config.dir,
+        config.wal_segment_bytes,
+        &config.voters,
+        sm.applied_index(),
+    )?;
+    let status = Arc::new(RwLock::new(NodeStatus {
+        id: config.id,
+        ..Default::default()
+    }));
+    let metrics = Arc::new(Metrics::default());
+    let (proposals, queue) = mpsc::channel(config.queue_depth);
+    let (stop, stop_rx) = watch::channel(false);
+    let (stopped_tx, stopped) = watch::channel(false);
+    let id = config.id;
+    let driver = Driver::new(config, store, sm, metrics.clone(), status.clone())?;
+    let done = DoneGuard {
+        stopped: stopped_tx,
+        status: status.clone(),
+    };
+    std::thread::Builder::new()
+        .name(format!("sluice-raft-{id}"))
+        .spawn(move || {
+            let _done = done;
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+            {
+                Ok(rt) => rt.block_on(driver.run(queue, stop_rx)),
+                Err(e) => driver.abandon(format!("cannot build the node runtime: {e}")),
+            }
+        })
+        .map_err(|e| Error::io("spawn the node thread", e))?;
+    Ok(NodeHandle {
+        proposals,
+        shared: Arc::new(Shared {
+            status,
+            metrics,
+            stop,
+            stopped,
+        }),
+    })
+}
+
+/// Signals "stopped" when the node thread ends, however it ends; a panic poisons the status.
+struct DoneGuard {
+    stopped: watch::Sender<bool>,
+    status: Arc<RwLock<NodeStatus>>,
+}
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut status = self.status.write();
+            status
+                .poisoned
+                .get_or_insert_with(|| "node thread panicked".into());
+        }
+        self.stopped.send_replace(true);
+    }
+}
+
+#[cfg(test)]
+mod tests;

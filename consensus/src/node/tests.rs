@@ -1,0 +1,324 @@
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use super::*;
+
+type Applied = Vec<(u64, Vec<u8>)>;
+
+/// What survives a restart: the last checkpoint.
+#[derive(Default)]
+struct Disk {
+    applied: Applied,
+    index: u64,
+}
+
+/// A state machine that records every command it applies and echoes `(index, command)`.
+/// `checkpoint` persists the applied list to the shared `Disk` only while `allow_checkpoint`
+/// is set (otherwise it reports the old, still-durable index, as a lazy state machine may).
+#[derive(Clone)]
+struct Recorder {
+    disk: Arc<Mutex<Disk>>,
+    memory: Arc<Mutex<Applied>>,
+    apply_calls: Arc<AtomicU64>,
+    allow_checkpoint: Arc<AtomicBool>,
+}
+
+impl Recorder {
+    fn new() -> Self {
+        Recorder {
+            disk: Arc::default(),
+            memory: Arc::default(),
+            apply_calls: Arc::default(),
+            allow_checkpoint: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// The state machine after a restart: memory is reloaded from the last checkpoint.
+    fn recover(&self) -> Self {
+        let memory = self.disk.lock().unwrap().applied.clone();
+        Recorder {
+            disk: self.disk.clone(),
+            memory: Arc::new(Mutex::new(memory)),
+            apply_calls: Arc::default(),
+            allow_checkpoint: self.allow_checkpoint.clone(),
+        }
+    }
+
+    fn memory(&self) -> Applied {
+        self.memory.lock().unwrap().clone()
+    }
+}
+
+impl StateMachine for Recorder {
+    type Response = (u64, Vec<u8>);
+
+    fn apply(&mut self, index: u64, command: &[u8]) -> std::result::Result<Self::Response, String> {
+        self.apply_calls.fetch_add(1, Ordering::SeqCst);
+        if command == b"boom" {
+            return Err("simulated disk failure".into());
+        }
+        let mut memory = self.memory.lock().unwrap();
+        if let Some((last, _)) = memory.last() {
+            assert!(index > *last, "applied {index} after {last}");
+        }
+        memory.push((index, command.to_vec()));
+        Ok((index, command.to_vec()))
+    }
+
+    fn applied_index(&self) -> u64 {
+        self.disk.lock().unwrap().index
+    }
+
+    fn checkpoint(&mut self) -> std::result::Result<u64, String> {
+        let mut disk = self.disk.lock().unwrap();
+        if self.allow_checkpoint.load(Ordering::SeqCst) {
+            disk.applied = self.memory.lock().unwrap().clone();
+            disk.index = disk.applied.last().map_or(0, |(i, _)| *i);
+        }
+        Ok(disk.index)
+    }
+}
+
+fn config(dir: &Path) -> NodeConfig {
+    let mut config = NodeConfig::single(1, dir.to_path_buf());
+    config.tick_interval = Duration::from_millis(20);
+    config
+}
+
+/// Proposes `per_task` commands from each of `tasks` concurrent tasks; checks every response.
+async fn propose_concurrently(node: &NodeHandle<(u64, Vec<u8>)>, tasks: usize, per_task: usize) {
+    let mut joins = Vec::new();
+    for t in 0..tasks {
+        let node = node.clone();
+        joins.push(tokio::spawn(async move {
+            for i in 0..per_task {
+                let command = format!("t{t}-c{i}").into_bytes();
+                let (_, echoed) = node.propose(command.clone()).await.unwrap();
+                assert_eq!(echoed, command);
+            }
+        }));
+    }
+    for j in joins {
+        j.await.unwrap();
+    }
+}
+
+fn seg_files(dir: &Path) -> Vec<u64> {
+    let mut v: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|d| {
+            let p = d.unwrap().path();
+            (p.extension()? == "wal").then(|| p.file_stem()?.to_str()?.parse().ok())?
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_proposals_are_applied_once_in_index_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let sm = Recorder::new();
+    let node = start(config(dir.path()), sm.clone()).unwrap();
+    assert_eq!(node.status().role, "leader");
+
+    propose_concurrently(&node, 50, 20).await;
+
+    let applied = sm.memory();
+    assert_eq!(applied.len(), 1000);
+    assert!(applied.windows(2).all(|w| w[0].0 < w[1].0), "index order");
+    let commands: BTreeSet<_> = applied.iter().map(|(_, c)| c.clone()).collect();
+    assert_eq!(commands.len(), 1000, "each command applied exactly once");
+    let status = node.status();
+    assert!(status.applied_index >= applied[999].0);
+    assert_eq!(status.commit_index, status.applied_index);
+    assert_eq!(status.leader_id, 1);
+    let m = node.metrics();
+    assert_eq!(Metrics::get(&m.proposals), 1000);
+    assert!(Metrics::get(&m.log_fsyncs) > 0 && Metrics::get(&m.log_bytes) > 0);
+
+    node.shutdown().await;
+    assert!(matches!(
+        node.propose(b"late".to_vec()).await,
+        Err(ProposeError::Failed(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn proposals_arriving_during_an_fsync_share_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.fsync_delay = Some(Duration::from_millis(20));
+    let node = start(config, Recorder::new()).unwrap();
+    let started = Instant::now();
+
+    propose_concurrently(&node, 64, 10).await;
+
+    let m = node.metrics();
+    let (entries, fsyncs) = (
+        Metrics::get(&m.committed_entries),
+        Metrics::get(&m.log_fsyncs),
+    );
+    assert!(entries >= 640);
+    assert!(
+        entries >= 10 * fsyncs,
+        "group commit factor too low: {entries} entries / {fsyncs} fsyncs"
+    );
+    // Without group commit this would take 640 × 20 ms ≈ 13 s.
+    assert!(started.elapsed() < Duration::from_secs(6));
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restart_replays_exactly_the_entries_after_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.checkpoint_entries = 25;
+    config.wal_segment_bytes = 1024;
+    let sm = Recorder::new();
+    let before = {
+        let node = start(config.clone(), sm.clone()).unwrap();
+        propose_concurrently(&node, 4, 25).await;
+        // From here on the state machine's checkpoints stop advancing: the log must carry
+        // everything after the last one across the restart.
+        sm.allow_checkpoint.store(false, Ordering::SeqCst);
+        propose_concurrently(&node, 1, 37).await;
+        assert!(Metrics::get(&node.metrics().checkpoints) >= 4);
+        node.shutdown().await;
+        sm.memory()
+    };
+    assert_eq!(before.len(), 137);
+    let durable = sm.disk.lock().unwrap().index;
+    let checkpointed = sm.disk.lock().unwrap().applied.len();
+    assert!(durable >= 50 && (50..137).contains(&checkpointed));
+    let segments = seg_files(dir.path());
+    assert!(
+        segments[0] > 1,
+        "log compacted: oldest segment is {segments:?}"
+    );
+    // The state machine also made 20 more entries durable on its own (as one that commits
+    // every apply would), past the node's compaction point: replay must start after those.
+    let durable_len = checkpointed + 20;
+    {
+        let mut disk = sm.disk.lock().unwrap();
+        disk.applied = before[..durable_len].to_vec();
+        disk.index = before[durable_len - 1].0;
+    }
+
+    let recovered = sm.recover();
+    let node = start(config, recovered.clone()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while recovered.memory().len() < before.len() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("replay finished");
+    assert_eq!(
+        recovered.memory(),
+        before,
+        "same commands at the same indexes"
+    );
+    assert_eq!(
+        recovered.apply_calls.load(Ordering::SeqCst) as usize,
+        before.len() - durable_len,
+        "replayed exactly the entries after the checkpoint"
+    );
+
+    let (index, _) = node.propose(b"after restart".to_vec()).await.unwrap();
+    assert!(index > before[before.len() - 1].0);
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn apply_failure_poisons_the_node_and_nothing_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path()), Recorder::new()).unwrap();
+    node.propose(b"fine".to_vec()).await.unwrap();
+
+    let queued: Vec<_> = (0..20)
+        .map(|i| {
+            let node = node.clone();
+            let command = if i == 10 {
+                b"boom".to_vec()
+            } else {
+                vec![b'x', i]
+            };
+            tokio::spawn(async move { node.propose(command).await })
+        })
+        .collect();
+    let mut failed = 0;
+    for q in queued {
+        match tokio::time::timeout(Duration::from_secs(5), q)
+            .await
+            .expect("no hang")
+            .unwrap()
+        {
+            Ok(_) => {}
+            Err(ProposeError::Failed(_)) => failed += 1,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert!(failed >= 1);
+    assert!(node.status().poisoned.is_some());
+    for _ in 0..3 {
+        let r = tokio::time::timeout(Duration::from_secs(5), node.propose(b"after".to_vec()))
+            .await
+            .expect("no hang");
+        assert!(matches!(r, Err(ProposeError::Failed(_))), "{r:?}");
+    }
+    tokio::time::timeout(Duration::from_secs(5), node.shutdown())
+        .await
+        .expect("shutdown completes");
+}
+
+#[tokio::test]
+async fn corrupt_log_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let sm = Recorder::new();
+    sm.allow_checkpoint.store(false, Ordering::SeqCst);
+    let node = start(config(dir.path()), sm.clone()).unwrap();
+    for i in 0..10u8 {
+        node.propose(vec![b'c', i]).await.unwrap();
+    }
+    node.shutdown().await;
+    let seg = dir
+        .path()
+        .join(format!("{:020}.wal", seg_files(dir.path())[0]));
+    let mut data = std::fs::read(&seg).unwrap();
+    // The last byte belongs to the final (complete) HardState record's payload.
+    let last = data.len() - 1;
+    data[last] ^= 0x5a;
+    std::fs::write(&seg, data).unwrap();
+    assert!(matches!(
+        start(config(dir.path()), sm.recover()),
+        Err(Error::Corrupt { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_node_that_is_not_leader_drops_proposals_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.voters = vec![1, 2, 3]; // no transport yet: it can never win an election
+    let node = start(config, Recorder::new()).unwrap();
+    // Let it tick through a few election timeouts, sending (untransported) vote requests.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = node.status();
+    assert_ne!(status.role, "leader");
+    assert_eq!(status.leader_id, 0);
+    let r = tokio::time::timeout(Duration::from_secs(5), node.propose(b"x".to_vec()))
+        .await
+        .expect("no hang");
+    assert!(matches!(r, Err(ProposeError::Dropped(_))), "{r:?}");
+    node.shutdown().await;
+}
+
+#[test]
+fn handle_is_send_sync_and_cheap_to_clone() {
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<NodeHandle<Vec<u8>>>();
+}

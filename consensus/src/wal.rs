@@ -1,0 +1,426 @@
+//! The durable Raft log: entries and HardStates appended to segment files, plus a small
+//! metadata file holding the compaction point.
+//!
+//! Layout of the directory:
+//! - `<first index, 20 digits>.wal` segments. A segment is named by the first index it was
+//!   opened for; names strictly increase, so name order is write order. Every segment starts
+//!   with the HardState current when it was opened, so deleting older segments never loses it.
+//!   Records are framed as `[len u32][crc32c u32][kind u8][payload]` (module `record`). A
+//!   segment is fsynced before the next one is created, so only the newest segment can end in a
+//!   torn record.
+//! - `wal.meta`: the compaction point as a `SnapshotMetadata` (index, term, ConfState), replaced
+//!   atomically (tmp file, fsync, rename, directory fsync). Entries at or below its index are
+//!   covered by the state machine's checkpoint and are never read again.
+//!
+//! Invariants: replay is "last write wins" per index — an entry at index `i` discards any
+//! entries at `>= i` before it (as Raft's own append does), so the log is always contiguous; the
+//! compaction point is durable before any segment it covers is deleted; a segment is deleted only
+//! when every entry in it is at or below the compaction point. Nothing here is durable until
+//! [`Wal::sync`] returns.
+
+mod record;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use protobuf::Message as _;
+use raft::eraftpb::{Entry, HardState, SnapshotMetadata};
+
+use crate::error::{Error, IoContext, Result};
+use record::{Decoded, Kind};
+
+const META_FILE: &str = "wal.meta";
+const META_TMP: &str = "wal.meta.tmp";
+const SEGMENT_EXT: &str = "wal";
+
+/// What [`Wal::open`] found on disk.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// The compaction point and ConfState; `None` if the directory has never been initialized.
+    pub meta: Option<SnapshotMetadata>,
+    /// Contiguous entries after the compaction point, in index order.
+    pub entries: Vec<Entry>,
+    /// The last HardState written.
+    pub hard_state: HardState,
+}
+
+#[derive(Debug)]
+struct Segment {
+    first_index: u64,
+    path: PathBuf,
+    /// Highest entry index written to this segment (0 if none).
+    max_index: u64,
+}
+
+/// An open Raft log directory. Appends go to the newest segment.
+#[derive(Debug)]
+pub struct Wal {
+    dir: PathBuf,
+    segment_bytes: u64,
+    segments: Vec<Segment>,
+    active: File,
+    active_len: u64,
+    hard_state: HardState,
+    last_index: u64,
+    meta: SnapshotMetadata,
+    buf: Vec<u8>,
+    unsynced: bool,
+}
+
+impl Wal {
+    /// Opens (creating if needed) the log in `dir` and replays it. A torn final record is
+    /// truncated with a warning; anything else that does not decode is [`Error::Corrupt`].
+    pub fn open(dir: &Path, segment_bytes: u64) -> Result<(Wal, Recovered)> {
+        fs::create_dir_all(dir).ctx(|| format!("create WAL directory {}", dir.display()))?;
+        let tmp = dir.join(META_TMP);
+        if tmp.exists() {
+            fs::remove_file(&tmp).ctx(|| format!("remove {}", tmp.display()))?;
+        }
+        let meta = read_meta(&dir.join(META_FILE))?;
+        let compacted = meta.as_ref().map_or(0, |m| m.index);
+
+        let names = list_segments(dir)?;
+        let mut replay = Replay::default();
+        let mut segments = Vec::with_capacity(names.len());
+        let mut active_len = 0;
+        for (i, (first_index, path)) in names.iter().enumerate() {
+            let is_last = i + 1 == names.len();
+            let (max_index, valid_len) = replay.segment(path, is_last)?;
+            segments.push(Segment {
+                first_index: *first_index,
+                path: path.clone(),
+                max_index,
+            });
+            active_len = valid_len;
+        }
+        let Replay {
+            mut entries,
+            hard_state,
+        } = replay;
+        let keep_from = entries.partition_point(|e| e.index <= compacted);
+        entries.drain(..keep_from);
+        if let Some(first) = entries.first() {
+            if first.index != compacted + 1 {
+                return Err(Error::Corrupt {
+                    file: dir.to_path_buf(),
+                    offset: 0,
+                    reason: format!(
+                        "log resumes at index {} but the compaction point is {compacted}",
+                        first.index
+                    ),
+                });
+            }
+        }
+        if meta.is_none() && !entries.is_empty() {
+            return Err(Error::Corrupt {
+                file: dir.join(META_FILE),
+                offset: 0,
+                reason: "log entries exist but the metadata file is missing".into(),
+            });
+        }
+        let last_index = entries.last().map_or(compacted, |e| e.index);
+
+        let (active, active_len) = match segments.last() {
+            Some(seg) => {
+                let file = OpenOptions::new()
+                    .append(true)
+                    .open(&seg.path)
+                    .ctx(|| format!("open {}", seg.path.display()))?;
+                (file, active_len)
+            }
+            None => {
+                let seg = create_segment(dir, last_index + 1)?;
+                let file = seg.1;
+                segments.push(seg.0);
+                (file, 0)
+            }
+        };
+        let mut wal = Wal {
+            dir: dir.to_path_buf(),
+            segment_bytes,
+            segments,
+            active,
+            active_len,
+            hard_state: hard_state.clone(),
+            last_index,
+            meta: meta.clone().unwrap_or_default(),
+            buf: Vec::new(),
+            unsynced: false,
+        };
+        if wal.active_len == 0 {
+            // A brand-new (or crash-emptied) segment: start it with the HardState.
+            wal.append(&[], Some(&hard_state))?;
+            wal.sync()?;
+        }
+        let recovered = Recovered {
+            meta,
+            entries,
+            hard_state,
+        };
+        Ok((wal, recovered))
+    }
+
+    /// Appends entries and then the HardState (if any) in one write. Not durable until
+    /// [`Wal::sync`]. Returns the number of bytes written.
+    pub fn append(&mut self, entries: &[Entry], hs: Option<&HardState>) -> Result<u64> {
+        if entries.is_empty() && hs.is_none() {
+            return Ok(0);
+        }
+        self.buf.clear();
+        if self.active_len >= self.segment_bytes {
+            let first = entries.first().map_or(self.last_index + 1, |e| e.index);
+            self.roll(first)?;
+        }
+        for entry in entries {
+            record::encode(&mut self.buf, Kind::Entry, entry)?;
+        }
+        if let Some(hs) = hs {
+            record::encode(&mut self.buf, Kind::HardState, hs)?;
+        }
+        let path = &self.segments[self.segments.len() - 1].path;
+        self.active
+            .write_all(&self.buf)
+            .ctx(|| format!("write {}", path.display()))?;
+        self.unsynced = true;
+        let written = self.buf.len() as u64;
+        self.active_len += written;
+        if let Some(last) = entries.last() {
+            self.last_index = last.index;
+            if let Some(seg) = self.segments.last_mut() {
+                seg.max_index = seg.max_index.max(last.index);
+            }
+        }
+        if let Some(hs) = hs {
+            self.hard_state = hs.clone();
+        }
+        Ok(written)
+    }
+
+    /// Makes everything appended so far durable (fdatasync of the newest segment).
+    pub fn sync(&mut self) -> Result<()> {
+        if self.unsynced {
+            let path = &self.segments[self.segments.len() - 1].path;
+            self.active
+                .sync_data()
+                .ctx(|| format!("fsync {}", path.display()))?;
+            self.unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// The compaction point and ConfState last saved.
+    pub fn meta(&self) -> &SnapshotMetadata {
+        &self.meta
+    }
+
+    /// Atomically replaces the metadata file (compaction point and ConfState).
+    pub fn save_meta(&mut self, meta: SnapshotMetadata) -> Result<()> {
+        let mut buf = Vec::new();
+        record::encode(&mut buf, Kind::Meta, &meta)?;
+        let tmp = self.dir.join(META_TMP);
+        let mut file = File::create(&tmp).ctx(|| format!("create {}", tmp.display()))?;
+        file.write_all(&buf)
+            .ctx(|| format!("write {}", tmp.display()))?;
+        file.sync_all().ctx(|| format!("fsync {}", tmp.display()))?;
+        let dst = self.dir.join(META_FILE);
+        fs::rename(&tmp, &dst).ctx(|| format!("rename {} to {}", tmp.display(), dst.display()))?;
+        sync_dir(&self.dir)?;
+        self.meta = meta;
+        Ok(())
+    }
+
+    /// Records `meta` as the compaction point, then deletes the oldest segments whose entries
+    /// all lie at or below it (never the newest). Returns how many segments were deleted.
+    pub fn compact(&mut self, meta: SnapshotMetadata) -> Result<usize> {
+        self.save_meta(meta)?;
+        let mut deleted = 0;
+        while self.segments.len() > 1 && self.segments[0].max_index <= self.meta.index {
+            let seg = self.segments.remove(0);
+            fs::remove_file(&seg.path).ctx(|| format!("remove {}", seg.path.display()))?;
+            deleted += 1;
+        }
+        if deleted > 0 {
+            sync_dir(&self.dir)?;
+        }
+        Ok(deleted)
+    }
+
+    /// Number of segment files, for tests and diagnostics.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Seals the current segment (fsync) and starts a new one, whose first record — placed in
+    /// `self.buf` ahead of the batch being written — is the current HardState.
+    fn roll(&mut self, first: u64) -> Result<()> {
+        self.sync()?;
+        let prev = self.segments.last().map_or(0, |s| s.first_index);
+        let (seg, file) = create_segment(&self.dir, first.max(prev + 1))?;
+        self.segments.push(seg);
+        self.active = file;
+        self.active_len = 0;
+        record::encode(&mut self.buf, Kind::HardState, &self.hard_state)
+    }
+}
+
+/// Replay state across segments.
+#[derive(Default)]
+struct Replay {
+    entries: Vec<Entry>,
+    hard_state: HardState,
+}
+
+impl Replay {
+    /// Replays one segment; returns its highest entry index and its valid length.
+    fn segment(&mut self, path: &Path, is_last: bool) -> Result<(u64, u64)> {
+        let data = fs::read(path).ctx(|| format!("read {}", path.display()))?;
+        let corrupt = |offset: usize, reason: String| Error::Corrupt {
+            file: path.to_path_buf(),
+            offset: offset as u64,
+            reason,
+        };
+        let mut pos = 0;
+        let mut max_index = 0;
+        loop {
+            match record::decode(&data[pos..]) {
+                Decoded::End => break,
+                Decoded::Record {
+                    kind,
+                    payload,
+                    size,
+                } => {
+                    match kind {
+                        Kind::Entry => {
+                            let entry: Entry = record::parse(payload, path, pos as u64)?;
+                            max_index = max_index.max(entry.index);
+                            self.push(entry).map_err(|r| corrupt(pos, r))?;
+                        }
+                        Kind::HardState => {
+                            self.hard_state = record::parse(payload, path, pos as u64)?;
+                        }
+                        Kind::Meta => {
+                            return Err(corrupt(pos, "metadata record in a segment".into()))
+                        }
+                    }
+                    pos += size;
+                }
+                Decoded::Torn if is_last => {
+                    tracing::warn!(
+                        file = %path.display(),
+                        offset = pos,
+                        dropped_bytes = data.len() - pos,
+                        "truncating torn record at the end of the Raft log"
+                    );
+                    let file = OpenOptions::new()
+                        .write(true)
+                        .open(path)
+                        .ctx(|| format!("open {}", path.display()))?;
+                    file.set_len(pos as u64)
+                        .ctx(|| format!("truncate {}", path.display()))?;
+                    file.sync_all()
+                        .ctx(|| format!("fsync {}", path.display()))?;
+                    break;
+                }
+                Decoded::Torn => {
+                    return Err(corrupt(pos, "incomplete record in a sealed segment".into()))
+                }
+                Decoded::Corrupt(reason) => return Err(corrupt(pos, reason)),
+            }
+        }
+        Ok((max_index, pos as u64))
+    }
+
+    /// Appends with Raft's overwrite rule: an entry at `i` replaces everything at `>= i`.
+    fn push(&mut self, entry: Entry) -> std::result::Result<(), String> {
+        if let Some(first) = self.entries.first().map(|e| e.index) {
+            let keep = entry.index.saturating_sub(first) as usize;
+            self.entries.truncate(keep);
+            if let Some(last) = self.entries.last() {
+                if entry.index != last.index + 1 {
+                    return Err(format!(
+                        "gap in the log: index {} follows {}",
+                        entry.index, last.index
+                    ));
+                }
+            }
+        }
+        self.entries.push(entry);
+        Ok(())
+    }
+}
+
+fn segment_path(dir: &Path, first_index: u64) -> PathBuf {
+    dir.join(format!("{first_index:020}.{SEGMENT_EXT}"))
+}
+
+fn create_segment(dir: &Path, first_index: u64) -> Result<(Segment, File)> {
+    let path = segment_path(dir, first_index);
+    let file = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(&path)
+        .ctx(|| format!("create {}", path.display()))?;
+    sync_dir(dir)?;
+    let seg = Segment {
+        first_index,
+        path,
+        max_index: 0,
+    };
+    Ok((seg, file))
+}
+
+/// Segment files in name (= write) order.
+fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    for dirent in fs::read_dir(dir).ctx(|| format!("list {}", dir.display()))? {
+        let path = dirent.ctx(|| format!("list {}", dir.display()))?.path();
+        if path.extension().and_then(|e| e.to_str()) != Some(SEGMENT_EXT) {
+            continue;
+        }
+        match path
+            .file_stem()
+            .and_then(|s| s.to_str()?.parse::<u64>().ok())
+        {
+            Some(first) => out.push((first, path)),
+            None => tracing::warn!(file = %path.display(), "ignoring oddly named WAL file"),
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn read_meta(path: &Path) -> Result<Option<SnapshotMetadata>> {
+    let data = match fs::read(path) {
+        Ok(data) => data,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("read {}", path.display()), e)),
+    };
+    let corrupt = |reason: &str| Error::Corrupt {
+        file: path.to_path_buf(),
+        offset: 0,
+        reason: reason.into(),
+    };
+    match record::decode(&data) {
+        Decoded::Record {
+            kind: Kind::Meta,
+            payload,
+            size,
+        } if size == data.len() => Ok(Some(
+            SnapshotMetadata::parse_from_bytes(payload)
+                .map_err(|e| corrupt(&format!("undecodable metadata: {e}")))?,
+        )),
+        Decoded::Corrupt(reason) => Err(corrupt(&reason)),
+        _ => Err(corrupt("metadata file is not exactly one metadata record")),
+    }
+}
+
+/// fsyncs a directory so that file creations, renames and deletions in it are durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .ctx(|| format!("fsync directory {}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,263 @@
+use std::fs;
+use std::io::Write;
+
+use raft::eraftpb::{Entry, HardState, SnapshotMetadata};
+
+use super::*;
+
+fn entry(index: u64, term: u64) -> Entry {
+    Entry {
+        index,
+        term,
+        data: format!("command {index}@{term}").into_bytes().into(),
+        ..Default::default()
+    }
+}
+
+fn hs(term: u64, commit: u64) -> HardState {
+    HardState {
+        term,
+        vote: 1,
+        commit,
+        ..Default::default()
+    }
+}
+
+fn meta(index: u64, term: u64) -> SnapshotMetadata {
+    let mut m = SnapshotMetadata {
+        index,
+        term,
+        ..Default::default()
+    };
+    m.mut_conf_state().voters = vec![1];
+    m
+}
+
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|d| d.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wal"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn indexes(entries: &[Entry]) -> Vec<u64> {
+    entries.iter().map(|e| e.index).collect()
+}
+
+#[test]
+fn round_trip_across_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut wal, rec) = Wal::open(dir.path(), 256).unwrap();
+        assert!(rec.meta.is_none() && rec.entries.is_empty());
+        wal.save_meta(meta(0, 0)).unwrap();
+        for i in 1..=40 {
+            wal.append(&[entry(i, 1)], Some(&hs(1, i - 1))).unwrap();
+            wal.sync().unwrap();
+        }
+        assert!(wal.segment_count() > 3, "small segments should roll");
+    }
+    let (_wal, rec) = Wal::open(dir.path(), 256).unwrap();
+    assert_eq!(rec.meta, Some(meta(0, 0)));
+    assert_eq!(
+        rec.entries,
+        (1..=40).map(|i| entry(i, 1)).collect::<Vec<_>>()
+    );
+    assert_eq!(rec.hard_state, hs(1, 39));
+    // Every segment is named by the first index it holds.
+    for file in segment_files(dir.path()).iter().skip(1) {
+        let first: u64 = file.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+        let data = fs::read(file).unwrap();
+        let record::Decoded::Record { size, .. } = record::decode(&data) else {
+            panic!("segment must start with a HardState record");
+        };
+        let record::Decoded::Record { payload, .. } = record::decode(&data[size..]) else {
+            panic!("expected an entry after the HardState");
+        };
+        assert_eq!(Entry::parse_from_bytes(payload).unwrap().index, first);
+    }
+}
+
+#[test]
+fn later_entries_overwrite_conflicting_suffix() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut wal, _) = Wal::open(dir.path(), 1 << 20).unwrap();
+        wal.save_meta(meta(0, 0)).unwrap();
+        wal.append(&(1..=10).map(|i| entry(i, 1)).collect::<Vec<_>>(), None)
+            .unwrap();
+        wal.append(&[entry(6, 2), entry(7, 2)], Some(&hs(2, 5)))
+            .unwrap();
+        wal.sync().unwrap();
+    }
+    let (_wal, rec) = Wal::open(dir.path(), 1 << 20).unwrap();
+    assert_eq!(indexes(&rec.entries), (1..=7).collect::<Vec<_>>());
+    assert_eq!(rec.entries[5], entry(6, 2));
+    assert_eq!(rec.entries[6], entry(7, 2));
+}
+
+#[test]
+fn torn_tail_is_truncated_and_log_stays_appendable() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut wal, _) = Wal::open(dir.path(), 1 << 20).unwrap();
+        wal.save_meta(meta(0, 0)).unwrap();
+        for i in 1..=5 {
+            wal.append(&[entry(i, 1)], None).unwrap();
+        }
+        wal.sync().unwrap();
+    }
+    let file = segment_files(dir.path()).pop().unwrap();
+    let full_len = fs::metadata(&file).unwrap().len();
+    // Cut the last record short, as a crash mid-write would.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(full_len - 3)
+        .unwrap();
+    {
+        let (mut wal, rec) = Wal::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(indexes(&rec.entries), vec![1, 2, 3, 4]);
+        assert!(
+            fs::metadata(&file).unwrap().len() < full_len - 3,
+            "tail truncated"
+        );
+        wal.append(&[entry(5, 2)], None).unwrap();
+        wal.sync().unwrap();
+    }
+    // A zero-filled tail (file extended but data never written) is torn too.
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap()
+        .write_all(&[0u8; 100])
+        .unwrap();
+    let (_wal, rec) = Wal::open(dir.path(), 1 << 20).unwrap();
+    assert_eq!(indexes(&rec.entries), vec![1, 2, 3, 4, 5]);
+    assert_eq!(rec.entries[4].term, 2);
+}
+
+#[test]
+fn corrupt_record_is_reported_with_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut offsets = Vec::new();
+    {
+        let (mut wal, _) = Wal::open(dir.path(), 1 << 20).unwrap();
+        wal.save_meta(meta(0, 0)).unwrap();
+        for i in 1..=5 {
+            offsets.push(wal.active_len);
+            wal.append(&[entry(i, 1)], None).unwrap();
+        }
+        wal.sync().unwrap();
+    }
+    let file = segment_files(dir.path()).pop().unwrap();
+    let mut data = fs::read(&file).unwrap();
+    let victim = offsets[2] as usize; // the record of entry 3
+    data[victim + record::HEADER_LEN + 2] ^= 0xff;
+    fs::write(&file, &data).unwrap();
+
+    match Wal::open(dir.path(), 1 << 20) {
+        Err(Error::Corrupt {
+            file: f, offset, ..
+        }) => {
+            assert_eq!(f, file);
+            assert_eq!(offset, victim as u64);
+        }
+        other => panic!("expected corruption, got {other:?}"),
+    }
+    // Refusing to start must not have "repaired" anything.
+    assert_eq!(fs::read(&file).unwrap(), data);
+}
+
+#[test]
+fn incomplete_record_in_sealed_segment_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut wal, _) = Wal::open(dir.path(), 128).unwrap();
+        wal.save_meta(meta(0, 0)).unwrap();
+        for i in 1..=20 {
+            wal.append(&[entry(i, 1)], None).unwrap();
+        }
+        wal.sync().unwrap();
+    }
+    let first = segment_files(dir.path()).remove(0);
+    let len = fs::metadata(&first).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&first)
+        .unwrap()
+        .set_len(len - 1)
+        .unwrap();
+    assert!(matches!(
+        Wal::open(dir.path(), 128),
+        Err(Error::Corrupt { file, .. }) if file == first
+    ));
+}
+
+#[test]
+fn compaction_deletes_covered_segments_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut wal, _) = Wal::open(dir.path(), 200).unwrap();
+        wal.save_meta(meta(0, 0)).unwrap();
+        for i in 1..=100 {
+            wal.append(&[entry(i, 3)], Some(&hs(3, i))).unwrap();
+        }
+        wal.sync().unwrap();
+        let before = segment_files(dir.path());
+        let deleted = wal.compact(meta(60, 3)).unwrap();
+        let after = segment_files(dir.path());
+        assert!(deleted > 0);
+        assert_eq!(after.len(), before.len() - deleted);
+        assert_eq!(wal.segment_count(), after.len());
+        // The oldest remaining segment still holds an entry above the compaction point, and
+        // every deleted one held only entries at or below it.
+        let oldest: u64 = after[0]
+            .file_stem()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            oldest <= 61,
+            "segment holding 61 must survive, oldest is {oldest}"
+        );
+        assert!(oldest > 1);
+    }
+    let (mut wal, rec) = Wal::open(dir.path(), 200).unwrap();
+    assert_eq!(rec.meta, Some(meta(60, 3)));
+    assert_eq!(indexes(&rec.entries), (61..=100).collect::<Vec<_>>());
+    assert_eq!(rec.hard_state, hs(3, 100));
+
+    // Compacting everything keeps the newest segment and the HardState.
+    wal.compact(meta(100, 3)).unwrap();
+    assert_eq!(wal.segment_count(), 1);
+    drop(wal);
+    let (_wal, rec) = Wal::open(dir.path(), 200).unwrap();
+    assert!(rec.entries.is_empty());
+    assert_eq!(rec.meta.unwrap().index, 100);
+    assert_eq!(rec.hard_state, hs(3, 100));
+}
+
+#[test]
+fn corrupt_metadata_refuses_to_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut wal, _) = Wal::open(dir.path(), 1 << 20).unwrap();
+        wal.save_meta(meta(7, 2)).unwrap();
+    }
+    let path = dir.path().join(META_FILE);
+    let mut data = fs::read(&path).unwrap();
+    let last = data.len() - 1;
+    data[last] ^= 1;
+    fs::write(&path, data).unwrap();
+    assert!(matches!(
+        Wal::open(dir.path(), 1 << 20),
+        Err(Error::Corrupt { .. })
+    ));
+}

@@ -1,0 +1,142 @@
+//! Server configuration: command-line flags, each with a config-file twin.
+//!
+//! Precedence: a flag given on the command line wins over the config file,
+//! which wins over the default. Defaults are safe: loopback only, fsync on,
+//! and a server listening beyond loopback refuses to start without a
+//! password.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Args, Default)]
+pub struct ServeArgs {
+    /// Directory holding the Raft log, segments and checkpoints [default: ./sluice-data]
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Address for Postgres clients; port 0 picks a free port [default: 127.0.0.1:5499]
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// TOML file with any of these settings (keys as the flags, with underscores)
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// This node's id in the Raft group [default: 1]
+    #[arg(long)]
+    pub node_id: Option<u64>,
+    /// Cluster members as id=host:port,... (multi-node clusters are not available yet)
+    #[arg(long)]
+    pub peers: Option<String>,
+    /// Password required from clients (cleartext over the connection)
+    #[arg(long, env = "SLUICE_PASSWORD")]
+    pub password: Option<String>,
+    /// Maximum concurrent client connections [default: 1000]
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Maximum row size in bytes [default: 1048576]
+    #[arg(long)]
+    pub max_row_bytes: Option<usize>,
+    /// Maximum statement / write-command size in bytes [default: 67108864]
+    #[arg(long)]
+    pub max_statement_bytes: Option<usize>,
+    /// Segment file size at which a stream rolls over [default: 67108864]
+    #[arg(long)]
+    pub segment_bytes: Option<u64>,
+    /// TEST ONLY: make every Raft-log fsync take this many extra milliseconds
+    #[arg(long, hide = true)]
+    pub test_fsync_delay_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    listen: Option<String>,
+    node_id: Option<u64>,
+    peers: Option<String>,
+    password: Option<String>,
+    max_connections: Option<usize>,
+    max_row_bytes: Option<usize>,
+    max_statement_bytes: Option<usize>,
+    segment_bytes: Option<u64>,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub node_id: u64,
+    pub password: Option<String>,
+    pub max_connections: usize,
+    pub max_row_bytes: usize,
+    pub max_statement_bytes: usize,
+    pub segment_bytes: u64,
+    pub fsync_delay: Option<Duration>,
+}
+
+impl Config {
+    pub fn resolve(args: ServeArgs) -> Result<Config, String> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                toml::from_str::<FileConfig>(&text).map_err(|e| format!("{}: {e}", path.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        let listen_text = args.listen.or(file.listen).unwrap_or_else(|| "127.0.0.1:5499".into());
+        let listen: SocketAddr = listen_text
+            .parse()
+            .map_err(|e| format!("--listen {listen_text}: {e} (expected HOST:PORT, e.g. 127.0.0.1:5499)"))?;
+        let password = args.password.or(file.password);
+        if !listen.ip().is_loopback() && password.is_none() {
+            return Err(format!(
+                "refusing to listen on {listen} without authentication: set --password (or SLUICE_PASSWORD), or listen on loopback"
+            ));
+        }
+        if args.peers.or(file.peers).is_some() {
+            return Err("multi-node clusters (--peers) are not available yet; run a single node".into());
+        }
+        Ok(Config {
+            data_dir: args.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from("./sluice-data")),
+            listen,
+            node_id: args.node_id.or(file.node_id).unwrap_or(1),
+            password,
+            max_connections: args.max_connections.or(file.max_connections).unwrap_or(1000),
+            max_row_bytes: args.max_row_bytes.or(file.max_row_bytes).unwrap_or(1 << 20),
+            max_statement_bytes: args.max_statement_bytes.or(file.max_statement_bytes).unwrap_or(64 << 20),
+            segment_bytes: args.segment_bytes.or(file.segment_bytes).unwrap_or(64 << 20).max(4096),
+            fsync_delay: args.test_fsync_delay_ms.map(Duration::from_millis),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_loopback_requires_a_password() {
+        let args = ServeArgs { listen: Some("0.0.0.0:5499".into()), ..Default::default() };
+        assert!(Config::resolve(args).unwrap_err().contains("without authentication"));
+        let args = ServeArgs { listen: Some("0.0.0.0:5499".into()), password: Some("x".into()), ..Default::default() };
+        assert!(Config::resolve(args).is_ok());
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = std::env::temp_dir().join(format!("sluice-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sluice.toml");
+        std::fs::write(&path, "listen = \"127.0.0.1:7000\"\nmax_connections = 5\n").unwrap();
+        let args = ServeArgs { config: Some(path.clone()), max_connections: Some(9), ..Default::default() };
+        let c = Config::resolve(args).unwrap();
+        assert_eq!(c.listen.port(), 7000);
+        assert_eq!(c.max_connections, 9);
+        std::fs::write(&path, "bogus = 1\n").unwrap();
+        assert!(Config::resolve(ServeArgs { config: Some(path), ..Default::default() }).is_err());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

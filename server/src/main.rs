@@ -1,0 +1,144 @@
+//! The `sluice` binary: a replicated log database that speaks the
+//! PostgreSQL wire protocol.
+//!
+//! `sluice serve` recovers the data directory, starts the Raft node and
+//! accepts Postgres clients until SIGTERM or Ctrl-C, then stops accepting,
+//! lets open connections finish (bounded), and checkpoints on the way out.
+
+mod config;
+mod encode;
+mod handler;
+mod params;
+
+use std::io::Write;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use sluice_sql::{Engine, EngineConfig, Limits};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{Config, ServeArgs};
+use crate::handler::{Backend, Handlers};
+
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "A replicated log database that speaks the PostgreSQL protocol")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a Sluice server
+    Serve(ServeArgs),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| "info,datafusion=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let Command::Serve(args) = cli.command;
+    let config = match Config::resolve(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            std::process::exit(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("sluice: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = runtime.block_on(serve(config)) {
+        eprintln!("sluice: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn serve(config: Config) -> Result<(), String> {
+    let mut engine_config = EngineConfig::single_node(config.data_dir.clone());
+    engine_config.node.id = config.node_id;
+    engine_config.node.voters = vec![config.node_id];
+    engine_config.node.fsync_delay = config.fsync_delay;
+    engine_config.segment_bytes = config.segment_bytes;
+    engine_config.limits = Limits {
+        max_row_bytes: config.max_row_bytes,
+        max_statement_bytes: config.max_statement_bytes,
+        ..Limits::default()
+    };
+    let engine = Engine::open(engine_config).map_err(|e| format!("cannot open {}: {e}", config.data_dir.display()))?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(%addr, data_dir = %config.data_dir.display(), "sluice ready");
+    println!("listening on {addr}");
+    let _ = std::io::stdout().flush();
+
+    let backend = Backend::new(engine.clone(), config.password.clone(), config.max_connections);
+    let handlers = Handlers(backend);
+    let shutdown = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    tokio::spawn(watch_signals(shutdown.clone()));
+
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((socket, peer)) => {
+                    let _ = socket.set_nodelay(true);
+                    let handlers = handlers.clone();
+                    tracker.spawn(async move {
+                        if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                            tracing::debug!(%peer, "connection ended: {e}");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    tracing::info!("shutting down");
+    tracker.close();
+    if tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await.is_err() {
+        tracing::warn!("connections still open after 5s; closing them");
+    }
+    engine.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn watch_signals(token: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    token.cancel();
+}

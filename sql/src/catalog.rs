@@ -1,0 +1,180 @@
+//! The catalog: which streams exist, their columns and options, and the
+//! open [`StreamLog`] behind each.
+//!
+//! Only the state machine ([`crate::apply`]) mutates the catalog, and only
+//! while applying a committed command, so every replica holds the same
+//! catalog at the same applied index. Sessions read it concurrently: a
+//! [`Stream`] handle stays valid (and readable) even if the stream is
+//! dropped while a query runs.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+use sluice_storage::StreamLog;
+use tokio::sync::watch;
+
+use crate::types::ColumnType;
+
+/// Name of the system offset column.
+pub const OFFSET_COLUMN: &str = "offset";
+/// Name of the system commit-time column.
+pub const TS_COLUMN: &str = "ts";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    pub ty: ColumnType,
+    pub not_null: bool,
+}
+
+/// `WITH (...)` options of a stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamOptions {
+    pub retention_ms: Option<u64>,
+    pub retention_bytes: Option<u64>,
+    pub dedup_key: Option<String>,
+    pub dedup_window_ms: Option<u64>,
+    pub segment_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamDef {
+    /// Raft index of the command that created the stream: unique forever,
+    /// so a dropped and re-created stream is never confused with the old one.
+    pub id: u64,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    pub options: StreamOptions,
+}
+
+impl StreamDef {
+    /// Schema of the stored batches: the user columns only.
+    pub fn user_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| c.ty.field(&c.name, !c.not_null))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    /// Schema seen by SQL: `offset`, `ts`, then the user columns. The system
+    /// columns are nullable in Arrow only so that DataFusion can plan an
+    /// INSERT that leaves them out; they are never null when read.
+    pub fn full_schema(&self) -> SchemaRef {
+        let mut fields = vec![
+            ColumnType::Int8.field(OFFSET_COLUMN, true),
+            ColumnType::Timestamptz.field(TS_COLUMN, true),
+        ];
+        fields.extend(self.columns.iter().map(|c| c.ty.field(&c.name, !c.not_null)));
+        Arc::new(Schema::new(fields))
+    }
+
+    pub fn column(&self, name: &str) -> Option<&ColumnDef> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+}
+
+/// Arrow type of the `ts` column.
+pub fn ts_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+/// A live stream: definition, log and change notification.
+#[derive(Debug)]
+pub struct Stream {
+    pub def: StreamDef,
+    pub log: Arc<StreamLog>,
+    pub user_schema: SchemaRef,
+    pub full_schema: SchemaRef,
+    /// Commit time of the last append (µs), for non-decreasing `ts`.
+    last_ts: AtomicI64,
+    /// Publishes `next_offset` after every apply, for tails.
+    advanced: watch::Sender<u64>,
+}
+
+impl Stream {
+    pub fn new(def: StreamDef, log: Arc<StreamLog>) -> Stream {
+        let next = log.next_offset();
+        let last_ts = log.last_ts_micros().unwrap_or(i64::MIN);
+        Stream {
+            user_schema: def.user_schema(),
+            full_schema: def.full_schema(),
+            def,
+            log,
+            last_ts: AtomicI64::new(last_ts),
+            advanced: watch::channel(next).0,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.def.name
+    }
+
+    /// The commit time for an append proposed at `proposed`: never earlier
+    /// than the stream's previous commit time.
+    pub fn next_ts(&self, proposed: i64) -> i64 {
+        proposed.max(self.last_ts.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn record_append(&self, ts: i64) {
+        self.last_ts.fetch_max(ts, Ordering::AcqRel);
+        self.advanced.send_replace(self.log.next_offset());
+    }
+
+    /// Receiver that changes whenever rows are appended.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.advanced.subscribe()
+    }
+}
+
+/// All streams by name.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    streams: RwLock<BTreeMap<String, Arc<Stream>>>,
+    /// Bumped on every DDL change, so cached plans can tell they are stale.
+    version: AtomicU64,
+}
+
+impl Catalog {
+    pub fn new() -> Catalog {
+        Catalog::default()
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Stream>> {
+        self.streams.read().get(name).cloned()
+    }
+
+    pub fn list(&self) -> Vec<Arc<Stream>> {
+        self.streams.read().values().cloned().collect()
+    }
+
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn insert(&self, stream: Arc<Stream>) {
+        self.streams.write().insert(stream.def.name.clone(), stream);
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn remove(&self, name: &str) -> Option<Arc<Stream>> {
+        let removed = self.streams.write().remove(name);
+        self.version.fetch_add(1, Ordering::AcqRel);
+        removed
+    }
+
+    pub(crate) fn clear(&self) {
+        self.streams.write().clear();
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Field list helper used by providers: the offset column as a non-null field.
+pub fn offset_field() -> Field {
+    ColumnType::Int8.field(OFFSET_COLUMN, true)
+}

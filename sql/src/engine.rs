@@ -1,0 +1,260 @@
+//! The engine: everything sessions share — the catalog, the Raft node that
+//! orders writes, limits, counters, and the DataFusion catalog wiring.
+//!
+//! Writes reach storage only through [`Engine::propose`]: a command is
+//! proposed to the Raft group and the call returns once it is committed
+//! (fsynced in the log) and applied, with the apply result. Commit times are
+//! assigned here, on the proposing node, and never decrease.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use async_trait::async_trait;
+use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, SchemaProvider};
+use datafusion::datasource::{MemTable, TableProvider};
+use datafusion::error::Result as DFResult;
+use datafusion::execution::context::SessionContext;
+use datafusion::prelude::SessionConfig;
+use sluice_consensus::{NodeConfig, NodeHandle, ProposeError};
+
+use crate::apply::{ApplyStats, Database};
+use crate::catalog::Catalog;
+use crate::command::{Command, CommandResult, Op, OpOutcome};
+use crate::error::{sqlstate, Error, Result};
+use crate::provider::StreamTable;
+
+/// DataFusion catalog and schema names Sluice uses.
+pub const CATALOG_NAME: &str = "sluice";
+pub const SCHEMA_NAME: &str = "public";
+
+/// Explicit limits; every one is reported with a clear error when exceeded.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest row accepted (bytes of its values).
+    pub max_row_bytes: usize,
+    /// Largest statement text, and largest write command (bytes).
+    pub max_statement_bytes: usize,
+    /// Largest COPY FROM payload committed as one command.
+    pub max_copy_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_row_bytes: 1 << 20,
+            max_statement_bytes: 64 << 20,
+            max_copy_bytes: 256 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub data_dir: PathBuf,
+    pub node: NodeConfig,
+    pub limits: Limits,
+    pub segment_bytes: u64,
+}
+
+impl EngineConfig {
+    pub fn single_node(data_dir: PathBuf) -> EngineConfig {
+        EngineConfig {
+            node: NodeConfig::single(1, data_dir.join("raft")),
+            data_dir,
+            limits: Limits::default(),
+            segment_bytes: 64 << 20,
+        }
+    }
+}
+
+pub struct Engine {
+    pub catalog: Arc<Catalog>,
+    pub limits: Limits,
+    node: NodeHandle<CommandResult>,
+    apply_stats: Arc<ApplyStats>,
+    last_ts: AtomicI64,
+}
+
+impl Engine {
+    /// Recover the database in `config.data_dir` and start its Raft node.
+    pub fn open(config: EngineConfig) -> Result<Arc<Engine>> {
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| Error::io(format!("{}: {e}", config.data_dir.display())))?;
+        let catalog = Arc::new(Catalog::new());
+        let apply_stats = Arc::new(ApplyStats::default());
+        let db = Database::open(&config.data_dir, catalog.clone(), apply_stats.clone(), config.segment_bytes)?;
+        let node = sluice_consensus::start(config.node, db).map_err(|e| Error::io(e.to_string()))?;
+        Ok(Arc::new(Engine {
+            catalog,
+            limits: config.limits,
+            node,
+            apply_stats,
+            last_ts: AtomicI64::new(i64::MIN),
+        }))
+    }
+
+    /// Propose `ops` as one atomic command and wait until it is applied.
+    pub async fn propose(&self, ops: Vec<Op>) -> Result<Vec<OpOutcome>> {
+        let cmd = Command { ts_micros: self.next_ts(), ops };
+        let bytes = cmd.encode_bytes();
+        if bytes.len() > self.limits.max_statement_bytes {
+            return Err(Error::new(
+                sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "write of {} bytes exceeds the maximum of {} bytes per command (max_statement_bytes)",
+                    bytes.len(),
+                    self.limits.max_statement_bytes
+                ),
+            ));
+        }
+        match self.node.propose(bytes).await {
+            Ok(result) => result,
+            Err(ProposeError::Dropped(msg)) => Err(Error::new(
+                sqlstate::SERIALIZATION_FAILURE,
+                format!("the write was not committed ({msg}); retry it"),
+            )),
+            Err(ProposeError::Unknown(msg)) => Err(Error::new(
+                sqlstate::STATEMENT_COMPLETION_UNKNOWN,
+                format!("the outcome of the write is unknown: {msg}"),
+            )),
+            Err(ProposeError::Failed(msg)) => Err(Error::io(format!("writes are disabled: {msg}"))),
+        }
+    }
+
+    fn next_ts(&self) -> i64 {
+        let now = chrono::Utc::now().timestamp_micros();
+        let prev = self.last_ts.fetch_max(now, Ordering::AcqRel);
+        now.max(prev)
+    }
+
+    pub async fn shutdown(&self) {
+        self.node.shutdown().await;
+    }
+
+    /// Counters for `sluice_stats`.
+    pub fn stats(&self) -> Vec<(&'static str, i64)> {
+        let m = self.node.metrics();
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
+        vec![
+            ("appended_rows", get(&self.apply_stats.appended_rows)),
+            ("applied_commands", get(&self.apply_stats.applied_commands)),
+            ("committed_proposals", get(&m.committed_entries)),
+            ("proposals", get(&m.proposals)),
+            ("log_writes", get(&m.log_writes)),
+            ("log_fsyncs", get(&m.log_fsyncs)),
+            ("log_bytes", get(&m.log_bytes)),
+            ("checkpoints", get(&m.checkpoints)),
+            ("streams", self.catalog.list().len() as i64),
+        ]
+    }
+
+    pub fn node_status(&self) -> sluice_consensus::NodeStatus {
+        self.node.status()
+    }
+
+    /// A DataFusion context whose default schema shows the live catalog.
+    pub fn new_context(self: &Arc<Self>) -> SessionContext {
+        let config = SessionConfig::new()
+            .with_default_catalog_and_schema(CATALOG_NAME, SCHEMA_NAME)
+            .with_create_default_catalog_and_schema(false)
+            .with_information_schema(true)
+            .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
+            .set_bool("datafusion.execution.parquet.pushdown_filters", false);
+        let ctx = SessionContext::new_with_config(config);
+        let catalog = MemoryCatalogProvider::new();
+        let schema: Arc<dyn SchemaProvider> = Arc::new(LiveSchema { engine: Arc::downgrade(self) });
+        // registering into a fresh in-memory catalog cannot fail
+        let _ = catalog.register_schema(SCHEMA_NAME, schema);
+        ctx.register_catalog(CATALOG_NAME, Arc::new(catalog));
+        ctx
+    }
+}
+
+/// The `public` schema: every stream, plus Sluice's system views.
+#[derive(Debug)]
+struct LiveSchema {
+    engine: std::sync::Weak<Engine>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+const STATS_VIEW: &str = "sluice_stats";
+const STREAMS_VIEW: &str = "sluice_streams";
+
+#[async_trait]
+impl SchemaProvider for LiveSchema {
+    fn table_names(&self) -> Vec<String> {
+        let Some(engine) = self.engine.upgrade() else { return vec![] };
+        let mut names: Vec<String> = engine.catalog.list().iter().map(|s| s.def.name.clone()).collect();
+        names.push(STATS_VIEW.into());
+        names.push(STREAMS_VIEW.into());
+        names
+    }
+
+    async fn table(&self, name: &str) -> DFResult<Option<Arc<dyn TableProvider>>> {
+        let Some(engine) = self.engine.upgrade() else { return Ok(None) };
+        if let Some(stream) = engine.catalog.get(name) {
+            return Ok(Some(Arc::new(StreamTable::new(stream))));
+        }
+        match name {
+            STATS_VIEW => Ok(Some(stats_table(&engine)?)),
+            STREAMS_VIEW => Ok(Some(streams_table(&engine)?)),
+            _ => Ok(None),
+        }
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.engine
+            .upgrade()
+            .map(|e| e.catalog.get(name).is_some() || name == STATS_VIEW || name == STREAMS_VIEW)
+            .unwrap_or(false)
+    }
+}
+
+fn stats_table(engine: &Engine) -> DFResult<Arc<dyn TableProvider>> {
+    let stats = engine.stats();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("metric", DataType::Utf8, false),
+        Field::new("value", DataType::Int64, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from_iter_values(stats.iter().map(|(k, _)| *k))),
+            Arc::new(Int64Array::from_iter_values(stats.iter().map(|(_, v)| *v))),
+        ],
+    )?;
+    Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+}
+
+fn streams_table(engine: &Engine) -> DFResult<Arc<dyn TableProvider>> {
+    let streams = engine.catalog.list();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("first_offset", DataType::Int64, false),
+        Field::new("next_offset", DataType::Int64, false),
+        Field::new("bytes", DataType::Int64, false),
+        Field::new("segments", DataType::Int64, false),
+        Field::new("retention", DataType::Utf8, true),
+    ]));
+    let retention = |ms: Option<u64>| ms.map(|m| format!("{} ms", m));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from_iter_values(streams.iter().map(|s| s.def.name.clone()))),
+            Arc::new(Int64Array::from_iter_values(streams.iter().map(|s| s.log.first_offset() as i64))),
+            Arc::new(Int64Array::from_iter_values(streams.iter().map(|s| s.log.next_offset() as i64))),
+            Arc::new(Int64Array::from_iter_values(streams.iter().map(|s| s.log.size_bytes() as i64))),
+            Arc::new(Int64Array::from_iter_values(streams.iter().map(|s| s.log.segments().len() as i64))),
+            Arc::new(StringArray::from_iter(streams.iter().map(|s| retention(s.def.options.retention_ms)))),
+        ],
+    )?;
+    Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+}

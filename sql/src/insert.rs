@@ -1,0 +1,231 @@
+//! The append path: turning INSERT rows into an Arrow batch ready to be
+//! proposed, and computing RETURNING from the committed offsets.
+//!
+//! `INSERT ... VALUES` whose values are literals, parameters and casts of
+//! them (what drivers send) is evaluated here directly: no query planning
+//! on the hot path. Anything else (`INSERT ... SELECT`, expressions) is
+//! planned by DataFusion and its rows validated the same way. Either way a
+//! batch leaving this module satisfies the stream's column types, NOT NULL
+//! and the row-size limit.
+
+use std::sync::Arc;
+
+use arrow::array::{new_null_array, ArrayRef, RecordBatch};
+use arrow::ipc::writer::StreamWriter;
+use datafusion::scalar::ScalarValue;
+use sqlparser::ast::{Expr, UnaryOperator, Value};
+
+use crate::catalog::Stream;
+use crate::error::{sqlstate, Error, Result};
+use crate::statement::sqlparser;
+use crate::types::ColumnType;
+
+/// Evaluate a VALUES expression without a planner, or `None` if it needs one.
+pub fn eval_simple(expr: &Expr, target: ColumnType, params: &[ScalarValue]) -> Option<Result<ScalarValue>> {
+    match expr {
+        Expr::Nested(e) => eval_simple(e, target, params),
+        Expr::Value(v) => Some(match &v.value {
+            Value::Null => Ok(ScalarValue::Null),
+            Value::Boolean(b) => Ok(ScalarValue::Boolean(Some(*b))),
+            Value::Number(n, _) => number(n, target),
+            Value::SingleQuotedString(s) | Value::EscapedStringLiteral(s) | Value::DollarQuotedString(sqlparser::ast::DollarQuotedString { value: s, .. }) => {
+                target.parse_text(s)
+            }
+            Value::Placeholder(p) => param(p, params),
+            _ => return None,
+        }),
+        Expr::UnaryOp { op: UnaryOperator::Minus, expr } => match expr.as_ref() {
+            Expr::Value(v) => match &v.value {
+                Value::Number(n, _) => Some(number(&format!("-{n}"), target)),
+                _ => None,
+            },
+            _ => None,
+        },
+        Expr::Cast { expr, data_type, .. } => {
+            let ty = ColumnType::parse(&data_type.to_string()).ok()?;
+            let inner = eval_simple(expr, ty, params)?;
+            Some(inner.and_then(|v| ty.coerce(v)))
+        }
+        Expr::TypedString(ts) => {
+            let ty = ColumnType::parse(&ts.data_type.to_string()).ok()?;
+            match &ts.value.value {
+                Value::SingleQuotedString(s) => Some(ty.parse_text(s)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+fn number(n: &str, target: ColumnType) -> Result<ScalarValue> {
+    match target {
+        ColumnType::Bool => Err(Error::new(
+            sqlstate::DATATYPE_MISMATCH,
+            format!("column is of type boolean but expression is of type integer"),
+        )),
+        ColumnType::Bytea | ColumnType::Timestamptz | ColumnType::Timestamp | ColumnType::Date | ColumnType::Uuid => {
+            Err(Error::new(
+                sqlstate::DATATYPE_MISMATCH,
+                format!("column is of type {} but expression is of type numeric", target.sql_name()),
+            ))
+        }
+        _ => target.parse_text(n),
+    }
+}
+
+fn param(p: &str, params: &[ScalarValue]) -> Result<ScalarValue> {
+    let idx: usize = p
+        .trim_start_matches('$')
+        .parse()
+        .map_err(|_| Error::syntax(format!("invalid parameter {p}")))?;
+    params.get(idx.wrapping_sub(1)).cloned().ok_or_else(|| {
+        Error::new(
+            sqlstate::PROTOCOL_VIOLATION,
+            format!("there is no parameter ${idx}"),
+        )
+    })
+}
+
+/// The declared type of each `$n` in VALUES rows, from the target columns.
+pub fn infer_param_types(rows: &[&Vec<Expr>], targets: &[ColumnType], out: &mut Vec<Option<ColumnType>>) {
+    fn visit(e: &Expr, ty: ColumnType, out: &mut Vec<Option<ColumnType>>) {
+        match e {
+            Expr::Value(v) => {
+                if let Value::Placeholder(p) = &v.value {
+                    if let Ok(i) = p.trim_start_matches('$').parse::<usize>() {
+                        if i >= 1 {
+                            if out.len() < i {
+                                out.resize(i, None);
+                            }
+                            if out[i - 1].is_none() {
+                                out[i - 1] = Some(ty);
+                            }
+                        }
+                    }
+                }
+            }
+            Expr::Nested(inner) => visit(inner, ty, out),
+            Expr::Cast { expr, data_type, .. } => {
+                let t = ColumnType::parse(&data_type.to_string()).unwrap_or(ty);
+                visit(expr, t, out)
+            }
+            _ => {}
+        }
+    }
+    for row in rows {
+        for (e, ty) in row.iter().zip(targets) {
+            visit(e, *ty, out);
+        }
+    }
+}
+
+/// Build a batch of the stream's user columns from rows of values, one
+/// value per target column; columns not targeted are NULL.
+pub fn build_batch(stream: &Stream, targets: &[usize], rows: Vec<Vec<ScalarValue>>, max_row_bytes: usize) -> Result<RecordBatch> {
+    let schema = stream.user_schema.clone();
+    let n = rows.len();
+    let mut per_col: Vec<Option<Vec<ScalarValue>>> = vec![None; schema.fields().len()];
+    for &t in targets {
+        per_col[t] = Some(Vec::with_capacity(n));
+    }
+    for row in rows {
+        let mut row_bytes = 0usize;
+        for (v, &t) in row.into_iter().zip(targets) {
+            row_bytes += v.size();
+            if let Some(col) = per_col[t].as_mut() {
+                col.push(v);
+            }
+        }
+        if row_bytes > max_row_bytes {
+            return Err(row_too_big(row_bytes, max_row_bytes));
+        }
+    }
+    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(per_col.len());
+    for (i, col) in per_col.into_iter().enumerate() {
+        let field = schema.field(i);
+        let array = match col {
+            Some(values) => {
+                if values.is_empty() {
+                    new_null_array(field.data_type(), 0)
+                } else {
+                    ScalarValue::iter_to_array(values)?
+                }
+            }
+            None => new_null_array(field.data_type(), n),
+        };
+        arrays.push(array);
+    }
+    check_not_null(stream, &arrays)?;
+    RecordBatch::try_new(schema, arrays).map_err(Error::from)
+}
+
+fn row_too_big(size: usize, max: usize) -> Error {
+    Error::new(
+        sqlstate::PROGRAM_LIMIT_EXCEEDED,
+        format!("row of {size} bytes exceeds the maximum row size of {max} bytes (max_row_bytes)"),
+    )
+}
+
+/// NOT NULL, checked on the arrays before they become a batch (Arrow
+/// would reject them with a less useful message).
+pub fn check_not_null(stream: &Stream, columns: &[ArrayRef]) -> Result<()> {
+    for (i, c) in stream.def.columns.iter().enumerate() {
+        if c.not_null && columns.get(i).map(|a| a.null_count() > 0).unwrap_or(false) {
+            return Err(Error::new(
+                sqlstate::NOT_NULL_VIOLATION,
+                format!(
+                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                    c.name,
+                    stream.name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Turn a batch produced by DataFusion (full schema, system columns null)
+/// into a validated batch of user columns.
+pub fn from_planned(stream: &Stream, batch: &RecordBatch, max_row_bytes: usize) -> Result<RecordBatch> {
+    let mut arrays = Vec::with_capacity(stream.def.columns.len());
+    for (i, c) in stream.def.columns.iter().enumerate() {
+        let col = batch.column(i + 2);
+        let want = c.ty.arrow_type();
+        let col = if col.data_type() != &want {
+            arrow::compute::cast(col, &want)?
+        } else {
+            col.clone()
+        };
+        arrays.push(c.ty.validate_array(&col)?);
+    }
+    check_not_null(stream, &arrays)?;
+    let out = RecordBatch::try_new(stream.user_schema.clone(), arrays)?;
+    if out.num_rows() > 0 {
+        let per_row = out.get_array_memory_size() / out.num_rows();
+        if per_row > max_row_bytes {
+            return Err(row_too_big(per_row, max_row_bytes));
+        }
+    }
+    Ok(out)
+}
+
+/// Arrow IPC stream bytes of one batch: the form rows take in a command and
+/// in a segment.
+pub fn encode_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(batch.get_array_memory_size() + 256);
+    {
+        let mut w = StreamWriter::try_new(&mut buf, &batch.schema())?;
+        w.write(batch)?;
+        w.finish()?;
+    }
+    Ok(buf)
+}
+
+/// Concatenate batches of the same schema.
+pub fn concat(stream: &Stream, batches: &[RecordBatch]) -> Result<RecordBatch> {
+    Ok(arrow::compute::concat_batches(&stream.user_schema, batches)?)
+}
+
+pub fn user_schema_arc(stream: &Arc<Stream>) -> arrow::datatypes::SchemaRef {
+    stream.user_schema.clone()
+}

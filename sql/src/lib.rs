@@ -1,0 +1,29 @@
+//! Streams as SQL tables.
+//!
+//! This crate turns SQL into reads and replicated writes: it parses and
+//! classifies statements ([`statement`]), runs queries through DataFusion
+//! over the stream segments ([`provider`]), builds appends ([`insert`],
+//! [`copy`]) and proposes them as [`command`]s through the Raft node; the
+//! state machine ([`apply`]) applies committed commands to the [`catalog`]
+//! and storage. [`session`] is one client's view; [`engine`] is what all
+//! sessions share. It knows nothing of the Postgres wire protocol.
+
+pub mod apply;
+pub mod catalog;
+pub mod command;
+pub mod copy;
+pub mod engine;
+pub mod error;
+pub mod insert;
+pub mod provider;
+pub mod session;
+pub mod statement;
+pub mod types;
+
+pub use engine::{Engine, EngineConfig, Limits};
+pub use error::{Error, Result};
+pub use session::{Output, PendingCopy, Session, TxnStatus};
+
+/// The PostgreSQL version Sluice reports to clients.
+pub const SERVER_VERSION: &str = "16.6";
+pub const SERVER_VERSION_NUM: &str = "160006";

@@ -1,0 +1,764 @@
+//! One client session: statement execution, the transaction block, and
+//! session settings.
+//!
+//! Outside a block every write statement is one proposed command. Inside
+//! `BEGIN ... COMMIT` appends are buffered (bounded by the command size
+//! limit) and proposed together at COMMIT, so they commit all or nothing;
+//! ROLLBACK drops them. After an error inside a block, everything but
+//! COMMIT/ROLLBACK fails with 25P02, as in PostgreSQL. DDL runs at once even
+//! inside a block (see docs/architecture.md). Reads are snapshots taken when
+//! the statement is planned.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::execution::context::SessionContext;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::scalar::ScalarValue;
+use datafusion::sql::parser::Statement as DFStatement;
+use sqlparser::ast::{BinaryOperator, Expr, SelectItem, SetExpr, Statement, TableObject, Value};
+
+use crate::catalog::{Stream, OFFSET_COLUMN, TS_COLUMN};
+use crate::command::{op, Append, CreateStream, DropStream, Op, OpOutcome, Truncate};
+use crate::copy;
+use crate::engine::Engine;
+use crate::error::{sqlstate, Error, Result};
+use crate::insert;
+use crate::provider::{with_system_columns, InsertCollector};
+use crate::statement::{self, sqlparser, CopyFormat, Parsed};
+use crate::types::ColumnType;
+
+/// What a statement produced, for the wire layer to send.
+pub enum Output {
+    /// Rows; `tag` is the command tag without the row count ("SELECT",
+    /// "INSERT 0").
+    Rows { schema: SchemaRef, stream: SendableRecordBatchStream, tag: String },
+    /// A complete command tag ("CREATE STREAM", "INSERT 0 2").
+    Tag(String),
+    /// The client must now send COPY data; finish with [`Session::finish_copy`].
+    CopyIn(PendingCopy),
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Output::Rows { tag, .. } => write!(f, "Rows({tag})"),
+            Output::Tag(t) => write!(f, "Tag({t})"),
+            Output::CopyIn(c) => write!(f, "CopyIn({})", c.stream.name()),
+        }
+    }
+}
+
+/// A COPY FROM STDIN waiting for its data.
+#[derive(Debug, Clone)]
+pub struct PendingCopy {
+    pub stream: Arc<Stream>,
+    pub targets: Vec<usize>,
+    pub format: CopyFormat,
+}
+
+impl PendingCopy {
+    pub fn columns(&self) -> usize {
+        self.targets.len()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnStatus {
+    Idle,
+    InBlock,
+    Failed,
+}
+
+#[derive(Debug)]
+enum Txn {
+    Idle,
+    Block { ops: Vec<Op>, bytes: usize },
+    Failed,
+}
+
+/// Parameter and result description of a prepared statement.
+#[derive(Debug, Clone)]
+pub struct Description {
+    pub params: Vec<Option<ColumnType>>,
+    /// `None` for statements that return no rows.
+    pub schema: Option<SchemaRef>,
+}
+
+pub struct Session {
+    engine: Arc<Engine>,
+    ctx: SessionContext,
+    txn: Txn,
+    settings: BTreeMap<String, String>,
+}
+
+/// Settings every session starts with (SHOW answers these).
+fn default_settings() -> BTreeMap<String, String> {
+    [
+        ("server_version", crate::SERVER_VERSION),
+        ("server_version_num", crate::SERVER_VERSION_NUM),
+        ("server_encoding", "UTF8"),
+        ("client_encoding", "UTF8"),
+        ("datestyle", "ISO, MDY"),
+        ("timezone", "UTC"),
+        ("intervalstyle", "postgres"),
+        ("integer_datetimes", "on"),
+        ("standard_conforming_strings", "on"),
+        ("search_path", "\"$user\", public"),
+        ("transaction_isolation", "serializable"),
+        ("default_transaction_isolation", "serializable"),
+        ("transaction_read_only", "off"),
+        ("application_name", ""),
+        ("extra_float_digits", "1"),
+        ("max_identifier_length", "63"),
+        ("is_superuser", "on"),
+        ("lc_collate", "C"),
+        ("lc_ctype", "C"),
+        ("tail_wait", "10s"),
+        ("read_consistency", "prefix"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+impl Session {
+    pub fn new(engine: Arc<Engine>) -> Session {
+        let ctx = engine.new_context();
+        Session { engine, ctx, txn: Txn::Idle, settings: default_settings() }
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub fn status(&self) -> TxnStatus {
+        match self.txn {
+            Txn::Idle => TxnStatus::Idle,
+            Txn::Block { .. } => TxnStatus::InBlock,
+            Txn::Failed => TxnStatus::Failed,
+        }
+    }
+
+    pub fn setting(&self, name: &str) -> Option<&str> {
+        self.settings.get(&name.to_lowercase()).map(|s| s.as_str())
+    }
+
+    pub fn set_setting(&mut self, name: &str, value: &str) {
+        self.settings.insert(name.to_lowercase(), value.to_string());
+    }
+
+    /// Run every statement of a simple-protocol query, stopping at the
+    /// first error (whose result is the last element).
+    pub async fn simple_query(&mut self, sql: &str) -> Vec<Result<Output>> {
+        if sql.len() > self.engine.limits.max_statement_bytes {
+            return vec![Err(self.fail(statement_too_long(sql.len(), self.engine.limits.max_statement_bytes)))];
+        }
+        let parsed = match statement::parse(sql) {
+            Ok(p) => p,
+            Err(e) => return vec![Err(self.fail(e))],
+        };
+        let mut out = Vec::with_capacity(parsed.len());
+        for p in &parsed {
+            let r = self.execute(p, &[]).await;
+            let stop = r.is_err();
+            out.push(r);
+            if stop {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Execute one classified statement with bound parameters.
+    pub async fn execute(&mut self, p: &Parsed, params: &[ScalarValue]) -> Result<Output> {
+        if matches!(self.txn, Txn::Failed) && !matches!(p, Parsed::Commit | Parsed::Rollback) {
+            return Err(Error::new(
+                sqlstate::IN_FAILED_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        let r = self.execute_inner(p, params).await;
+        r.map_err(|e| self.fail(e))
+    }
+
+    /// Record a failure: inside a block the block is now aborted.
+    fn fail(&mut self, e: Error) -> Error {
+        if matches!(self.txn, Txn::Block { .. }) {
+            self.txn = Txn::Failed;
+        }
+        e
+    }
+
+    async fn execute_inner(&mut self, p: &Parsed, params: &[ScalarValue]) -> Result<Output> {
+        match p {
+            Parsed::Query(stmt) => self.query(stmt, params).await,
+            Parsed::Insert(ins) => self.insert(ins, params).await,
+            Parsed::CreateStream { def, if_not_exists } => {
+                let definition_json = serde_json::to_string(def).map_err(|e| Error::internal(e.to_string()))?;
+                let op = Op {
+                    kind: Some(op::Kind::CreateStream(CreateStream {
+                        name: def.name.clone(),
+                        definition_json,
+                        if_not_exists: *if_not_exists,
+                    })),
+                };
+                self.engine.propose(vec![op]).await?;
+                Ok(Output::Tag("CREATE STREAM".into()))
+            }
+            Parsed::DropStream { names, if_exists } => {
+                let ops = names
+                    .iter()
+                    .map(|n| Op { kind: Some(op::Kind::DropStream(DropStream { name: n.clone(), if_exists: *if_exists })) })
+                    .collect();
+                self.engine.propose(ops).await?;
+                Ok(Output::Tag("DROP STREAM".into()))
+            }
+            Parsed::Delete(d) => self.delete(d).await,
+            Parsed::Begin => {
+                match self.txn {
+                    Txn::Idle => self.txn = Txn::Block { ops: vec![], bytes: 0 },
+                    _ => tracing::debug!("BEGIN inside a transaction block ignored"),
+                }
+                Ok(Output::Tag("BEGIN".into()))
+            }
+            Parsed::Commit => match std::mem::replace(&mut self.txn, Txn::Idle) {
+                Txn::Block { ops, .. } => {
+                    if !ops.is_empty() {
+                        self.engine.propose(ops).await?;
+                    }
+                    Ok(Output::Tag("COMMIT".into()))
+                }
+                Txn::Failed => Ok(Output::Tag("ROLLBACK".into())),
+                Txn::Idle => Ok(Output::Tag("COMMIT".into())),
+            },
+            Parsed::Rollback => {
+                self.txn = Txn::Idle;
+                Ok(Output::Tag("ROLLBACK".into()))
+            }
+            Parsed::Set { name, value } => {
+                self.set(name, value)?;
+                Ok(Output::Tag("SET".into()))
+            }
+            Parsed::Show(name) => self.show(name),
+            Parsed::ShowStreams => {
+                let stmt = statement::parse(
+                    "SELECT name, first_offset, next_offset, bytes, segments FROM sluice_streams ORDER BY name",
+                )?;
+                match &stmt[0] {
+                    Parsed::Query(q) => self.query(q, &[]).await.map(|o| match o {
+                        Output::Rows { schema, stream, .. } => Output::Rows { schema, stream, tag: "SHOW".into() },
+                        other => other,
+                    }),
+                    _ => Err(Error::internal("SHOW STREAMS query did not parse as a query")),
+                }
+            }
+            Parsed::Reset(name) => {
+                match name {
+                    None => {
+                        let keep = self.settings.get("application_name").cloned();
+                        self.settings = default_settings();
+                        if let Some(app) = keep {
+                            self.settings.insert("application_name".into(), app);
+                        }
+                    }
+                    Some(n) => {
+                        let n = canonical_setting(n);
+                        match default_settings().get(&n) {
+                            Some(v) => {
+                                self.settings.insert(n, v.clone());
+                            }
+                            None => {
+                                self.settings.remove(&n);
+                            }
+                        }
+                    }
+                }
+                Ok(Output::Tag("RESET".into()))
+            }
+            Parsed::NoOp(tag) => Ok(Output::Tag((*tag).into())),
+            Parsed::CopyFrom(c) => {
+                let stream = self.stream(&c.stream)?;
+                let targets = target_columns(&stream, &c.columns)?;
+                let pending = PendingCopy { stream, targets, format: c.format.clone() };
+                match &c.inline {
+                    Some(data) => self.finish_copy(pending, data.as_bytes()).await,
+                    None => Ok(Output::CopyIn(pending)),
+                }
+            }
+            Parsed::Refused(e) => Err(e.clone()),
+        }
+    }
+
+    fn stream(&self, name: &str) -> Result<Arc<Stream>> {
+        self.engine.catalog.get(name).ok_or_else(|| Error::undefined_table(name))
+    }
+
+    /// Plan a statement with DataFusion in this session's context.
+    async fn plan(&self, stmt: &Statement) -> Result<LogicalPlan> {
+        let state = self.ctx.state();
+        Ok(state.statement_to_plan(DFStatement::Statement(Box::new(stmt.clone()))).await?)
+    }
+
+    async fn query(&mut self, stmt: &Statement, params: &[ScalarValue]) -> Result<Output> {
+        let mut plan = self.plan(stmt).await?;
+        if !params.is_empty() {
+            plan = plan.with_param_values(params.to_vec())?;
+        }
+        let df = self.ctx.execute_logical_plan(plan).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let stream = df.execute_stream().await?;
+        Ok(Output::Rows { schema, stream, tag: "SELECT".into() })
+    }
+
+    /// Describe a statement for the extended protocol: parameter types
+    /// (inferred where the client left them open) and result columns.
+    pub async fn describe(&self, p: &Parsed) -> Result<Description> {
+        match p {
+            Parsed::Query(stmt) => {
+                let plan = self.plan(stmt).await?;
+                let types = plan.get_parameter_types()?;
+                let mut params = vec![None; types.len()];
+                for (name, ty) in types {
+                    if let Ok(i) = name.trim_start_matches('$').parse::<usize>() {
+                        if i >= 1 && i <= params.len() {
+                            params[i - 1] = ty.as_ref().and_then(ColumnType::of_arrow);
+                        }
+                    }
+                }
+                let schema = Arc::new(plan.schema().as_arrow().clone());
+                Ok(Description { params, schema: Some(schema) })
+            }
+            Parsed::Insert(ins) => {
+                let stream = self.stream(&insert_target(ins)?)?;
+                let targets = insert_targets(&stream, ins)?;
+                let types: Vec<ColumnType> = targets.iter().map(|&t| stream.def.columns[t].ty).collect();
+                let mut params = Vec::new();
+                if let Some(rows) = values_rows(ins) {
+                    insert::infer_param_types(&rows, &types, &mut params);
+                }
+                let schema = match &ins.returning {
+                    Some(items) => Some(self.returning_schema(&stream, items).await?),
+                    None => None,
+                };
+                Ok(Description { params, schema })
+            }
+            Parsed::Show(name) => Ok(Description {
+                params: vec![],
+                schema: Some(Arc::new(Schema::new(vec![Field::new(canonical_setting(name), DataType::Utf8, true)]))),
+            }),
+            Parsed::ShowStreams => {
+                let stmt = statement::parse("SELECT name, first_offset, next_offset, bytes, segments FROM sluice_streams")?;
+                Box::pin(self.describe(&stmt[0])).await
+            }
+            _ => Ok(Description { params: vec![], schema: None }),
+        }
+    }
+
+    async fn insert(&mut self, ins: &sqlparser::ast::Insert, params: &[ScalarValue]) -> Result<Output> {
+        if ins.on.is_some() {
+            return Err(Error::unsupported("ON CONFLICT is not supported on a stream (streams have no keys)"));
+        }
+        let stream = self.stream(&insert_target(ins)?)?;
+        let targets = insert_targets(&stream, ins)?;
+        let max_row = self.engine.limits.max_row_bytes;
+        let batch = match self.fast_values(&stream, &targets, ins, params)? {
+            Some(b) => b,
+            None => self.planned_insert(&stream, ins, params).await?,
+        };
+        let rows = batch.num_rows();
+        if rows == 0 {
+            return Ok(Output::Tag("INSERT 0 0".into()));
+        }
+        let _ = max_row;
+        let outcome = self.append(&stream, &batch).await?;
+        match &ins.returning {
+            None => Ok(Output::Tag(format!("INSERT 0 {rows}"))),
+            Some(items) => {
+                let Some((base, ts)) = outcome else {
+                    return Err(Error::unsupported(
+                        "RETURNING inside a transaction block is not supported yet: offsets are assigned at COMMIT",
+                    ));
+                };
+                let full = with_system_columns(&stream, &batch, base, ts)?;
+                self.returning(&stream, full, items).await
+            }
+        }
+    }
+
+    /// VALUES of literals and parameters, evaluated without a planner.
+    fn fast_values(
+        &self,
+        stream: &Stream,
+        targets: &[usize],
+        ins: &sqlparser::ast::Insert,
+        params: &[ScalarValue],
+    ) -> Result<Option<RecordBatch>> {
+        let Some(rows) = values_rows(ins) else { return Ok(None) };
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            if row.len() != targets.len() {
+                return Err(Error::syntax(if row.len() > targets.len() {
+                    "INSERT has more expressions than target columns"
+                } else {
+                    "INSERT has more target columns than expressions"
+                }));
+            }
+            let mut vals = Vec::with_capacity(row.len());
+            for (e, &t) in row.iter().zip(targets) {
+                let ty = stream.def.columns[t].ty;
+                match insert::eval_simple(e, ty, params) {
+                    Some(v) => vals.push(ty.coerce(v?)?),
+                    None => return Ok(None),
+                }
+            }
+            out.push(vals);
+        }
+        Ok(Some(insert::build_batch(stream, targets, out, self.engine.limits.max_row_bytes)?))
+    }
+
+    /// INSERT whose rows need planning (INSERT ... SELECT, expressions).
+    async fn planned_insert(&self, stream: &Arc<Stream>, ins: &sqlparser::ast::Insert, params: &[ScalarValue]) -> Result<RecordBatch> {
+        let mut ins = ins.clone();
+        ins.returning = None;
+        if ins.columns.is_empty() {
+            ins.columns = stream
+                .def
+                .columns
+                .iter()
+                .map(|c| sqlparser::ast::ObjectName::from(vec![sqlparser::ast::Ident::with_quote('"', c.name.clone())]))
+                .collect();
+        }
+        let mut state = self.ctx.state();
+        let collector = Arc::new(InsertCollector::default());
+        state.config_mut().set_extension(collector.clone());
+        let mut plan = state.statement_to_plan(DFStatement::Statement(Box::new(Statement::Insert(ins)))).await?;
+        if !params.is_empty() {
+            plan = plan.with_param_values(params.to_vec())?;
+        }
+        let physical = state.create_physical_plan(&plan).await?;
+        datafusion::physical_plan::collect(physical, state.task_ctx()).await?;
+        let mut batches = Vec::new();
+        for (s, b) in collector.take() {
+            if s.def.id != stream.def.id {
+                return Err(Error::internal("INSERT produced rows for another stream"));
+            }
+            batches.push(insert::from_planned(stream, &b, self.engine.limits.max_row_bytes)?);
+        }
+        insert::concat(stream, &batches)
+    }
+
+    /// Propose an append now, or buffer it in the open block. Returns the
+    /// base offset and commit time when it committed now.
+    async fn append(&mut self, stream: &Arc<Stream>, batch: &RecordBatch) -> Result<Option<(u64, i64)>> {
+        let ipc = insert::encode_ipc(batch)?;
+        let op = Op {
+            kind: Some(op::Kind::Append(Append {
+                stream: stream.name().to_string(),
+                stream_id: stream.def.id,
+                rows: batch.num_rows() as u32,
+                ipc,
+            })),
+        };
+        match &mut self.txn {
+            Txn::Block { ops, bytes } => {
+                let size = match &op.kind {
+                    Some(op::Kind::Append(a)) => a.ipc.len(),
+                    _ => 0,
+                };
+                if *bytes + size > self.engine.limits.max_statement_bytes {
+                    return Err(Error::new(
+                        sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                        format!(
+                            "transaction block exceeds the maximum of {} bytes of writes (max_statement_bytes)",
+                            self.engine.limits.max_statement_bytes
+                        ),
+                    ));
+                }
+                *bytes += size;
+                ops.push(op);
+                Ok(None)
+            }
+            _ => {
+                let outcomes = self.engine.propose(vec![op]).await?;
+                match outcomes.first() {
+                    Some(OpOutcome::Appended { base_offset, ts_micros, .. }) => Ok(Some((*base_offset, *ts_micros))),
+                    _ => Err(Error::internal("append produced no outcome")),
+                }
+            }
+        }
+    }
+
+    async fn returning(&self, stream: &Stream, full: RecordBatch, items: &[SelectItem]) -> Result<Output> {
+        let ctx = SessionContext::new();
+        let table = datafusion::datasource::MemTable::try_new(stream.full_schema.clone(), vec![vec![full]])?;
+        ctx.register_table("returning_rows", Arc::new(table))?;
+        let sql = format!("SELECT {} FROM returning_rows", returning_list(items));
+        let parsed = statement::parse(&sql)?;
+        let Some(Parsed::Query(q)) = parsed.first() else {
+            return Err(Error::internal("RETURNING did not parse"));
+        };
+        let plan = ctx.state().statement_to_plan(DFStatement::Statement(q.clone())).await?;
+        let df = ctx.execute_logical_plan(plan).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let batches = df.collect().await?;
+        Ok(Output::Rows { schema: schema.clone(), stream: batches_stream(schema, batches), tag: "INSERT 0".into() })
+    }
+
+    async fn returning_schema(&self, stream: &Stream, items: &[SelectItem]) -> Result<SchemaRef> {
+        let ctx = SessionContext::new();
+        let table = datafusion::datasource::MemTable::try_new(stream.full_schema.clone(), vec![vec![]])?;
+        ctx.register_table("returning_rows", Arc::new(table))?;
+        let sql = format!("SELECT {} FROM returning_rows", returning_list(items));
+        let parsed = statement::parse(&sql)?;
+        let Some(Parsed::Query(q)) = parsed.first() else {
+            return Err(Error::internal("RETURNING did not parse"));
+        };
+        let plan = ctx.state().statement_to_plan(DFStatement::Statement(q.clone())).await?;
+        Ok(Arc::new(plan.schema().as_arrow().clone()))
+    }
+
+    /// `DELETE FROM s WHERE offset < n` drops a prefix; any other DELETE is refused.
+    async fn delete(&mut self, d: &sqlparser::ast::Delete) -> Result<Output> {
+        let tables = match &d.from {
+            sqlparser::ast::FromTable::WithFromKeyword(t) | sqlparser::ast::FromTable::WithoutKeyword(t) => t,
+        };
+        let name = match tables.first().map(|t| &t.relation) {
+            Some(sqlparser::ast::TableFactor::Table { name, .. }) => statement::table_name(name),
+            _ => return Err(Error::syntax("DELETE needs a stream name")),
+        };
+        let stream = self.stream(&name)?;
+        let before = match &d.selection {
+            Some(Expr::BinaryOp { left, op, right }) => match (left.as_ref(), op, right.as_ref()) {
+                (Expr::Identifier(id), BinaryOperator::Lt, v) if statement::normalize_ident(id) == OFFSET_COLUMN => {
+                    literal_u64(v)
+                }
+                (Expr::Identifier(id), BinaryOperator::LtEq, v) if statement::normalize_ident(id) == OFFSET_COLUMN => {
+                    literal_u64(v).map(|n| n + 1)
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(before) = before else {
+            return Err(statement::append_only(&name));
+        };
+        if !matches!(self.txn, Txn::Idle) {
+            return Err(Error::new(
+                sqlstate::ACTIVE_SQL_TRANSACTION,
+                "prefix truncation cannot run inside a transaction block",
+            ));
+        }
+        let first_before = stream.log.first_offset();
+        let op = Op {
+            kind: Some(op::Kind::Truncate(Truncate { stream: name, stream_id: stream.def.id, before })),
+        };
+        let outcomes = self.engine.propose(vec![op]).await?;
+        let removed = match outcomes.first() {
+            Some(OpOutcome::Truncated { first_offset }) => first_offset.saturating_sub(first_before),
+            _ => 0,
+        };
+        Ok(Output::Tag(format!("DELETE {removed}")))
+    }
+
+    /// Parse COPY data and append it as one command (or into the block).
+    pub async fn finish_copy(&mut self, copy: PendingCopy, data: &[u8]) -> Result<Output> {
+        let r = self.finish_copy_inner(copy, data).await;
+        r.map_err(|e| self.fail(e))
+    }
+
+    async fn finish_copy_inner(&mut self, copy: PendingCopy, data: &[u8]) -> Result<Output> {
+        if data.len() > self.engine.limits.max_copy_bytes {
+            return Err(Error::new(
+                sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                format!("COPY data exceeds the maximum of {} bytes (max_copy_bytes)", self.engine.limits.max_copy_bytes),
+            ));
+        }
+        let text = std::str::from_utf8(data)
+            .map_err(|_| Error::new(sqlstate::INVALID_TEXT_REPRESENTATION, "invalid byte sequence for encoding \"UTF8\""))?;
+        let rows = copy::parse_rows(text, &copy.format)?;
+        let n = rows.len();
+        let mut values = Vec::with_capacity(n);
+        for (i, row) in rows.into_iter().enumerate() {
+            if row.len() != copy.targets.len() {
+                return Err(Error::new(
+                    sqlstate::INVALID_TEXT_REPRESENTATION,
+                    if row.len() < copy.targets.len() { "missing data for column" } else { "extra data after last expected column" },
+                )
+                .with_detail(format!("COPY {}, line {}", copy.stream.name(), i + 1)));
+            }
+            let mut vals = Vec::with_capacity(row.len());
+            for (f, &t) in row.into_iter().zip(&copy.targets) {
+                let ty = copy.stream.def.columns[t].ty;
+                vals.push(match f {
+                    None => ty.coerce(ScalarValue::Null)?,
+                    Some(s) => ty
+                        .parse_text(&s)
+                        .map_err(|e| e.with_detail(format!("COPY {}, line {}", copy.stream.name(), i + 1)))?,
+                });
+            }
+            values.push(vals);
+        }
+        if n == 0 {
+            return Ok(Output::Tag("COPY 0".into()));
+        }
+        let batch = insert::build_batch(&copy.stream, &copy.targets, values, self.engine.limits.max_row_bytes)?;
+        self.append(&copy.stream, &batch).await?;
+        Ok(Output::Tag(format!("COPY {n}")))
+    }
+
+    fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        let name = canonical_setting(name);
+        match name.as_str() {
+            "tail_wait" => {
+                statement::parse_duration_ms(value)?;
+            }
+            "read_consistency" => {
+                if !matches!(value, "prefix" | "linearizable") {
+                    return Err(Error::new(
+                        sqlstate::INVALID_PARAMETER_VALUE,
+                        format!("invalid value for parameter \"read_consistency\": \"{value}\" (prefix or linearizable)"),
+                    ));
+                }
+            }
+            "client_encoding" => {
+                let v = value.to_uppercase().replace(['-', '_'], "");
+                if v != "UTF8" && v != "UNICODE" {
+                    return Err(Error::unsupported(format!("client_encoding \"{value}\" is not supported; only UTF8")));
+                }
+            }
+            "server_version" | "server_version_num" | "server_encoding" | "integer_datetimes" | "lc_collate" | "lc_ctype" => {
+                return Err(Error::new(
+                    sqlstate::CANT_CHANGE_RUNTIME_PARAM,
+                    format!("parameter \"{name}\" cannot be changed"),
+                ))
+            }
+            _ => {}
+        }
+        self.settings.insert(name, value.to_string());
+        Ok(())
+    }
+
+    fn show(&self, name: &str) -> Result<Output> {
+        let key = canonical_setting(name);
+        if key == "all" {
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("name", DataType::Utf8, false),
+                Field::new("setting", DataType::Utf8, false),
+                Field::new("description", DataType::Utf8, false),
+            ]));
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(StringArray::from_iter_values(self.settings.keys())),
+                    Arc::new(StringArray::from_iter_values(self.settings.values())),
+                    Arc::new(StringArray::from_iter_values(self.settings.keys().map(|_| ""))),
+                ],
+            )?;
+            return Ok(Output::Rows { schema: schema.clone(), stream: batches_stream(schema, vec![batch]), tag: "SHOW".into() });
+        }
+        let value = self.settings.get(&key).cloned().ok_or_else(|| {
+            Error::new(sqlstate::UNDEFINED_OBJECT, format!("unrecognized configuration parameter \"{name}\""))
+        })?;
+        let schema = Arc::new(Schema::new(vec![Field::new(key, DataType::Utf8, true)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec![value]))])?;
+        Ok(Output::Rows { schema: schema.clone(), stream: batches_stream(schema, vec![batch]), tag: "SHOW".into() })
+    }
+}
+
+/// Map spellings clients use to the setting's canonical name.
+pub fn canonical_setting(name: &str) -> String {
+    let n = name.trim().to_lowercase();
+    match n.as_str() {
+        "time zone" | "time_zone" => "timezone".into(),
+        "transaction isolation level" => "transaction_isolation".into(),
+        "session characteristics as transaction isolation level" => "default_transaction_isolation".into(),
+        "names" => "client_encoding".into(),
+        other => other.trim_start_matches("session ").trim_start_matches("local ").to_string(),
+    }
+}
+
+fn statement_too_long(len: usize, max: usize) -> Error {
+    Error::new(
+        sqlstate::PROGRAM_LIMIT_EXCEEDED,
+        format!("statement of {len} bytes exceeds the maximum of {max} bytes (max_statement_bytes)"),
+    )
+}
+
+pub fn batches_stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> SendableRecordBatchStream {
+    Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::iter(batches.into_iter().map(Ok))))
+}
+
+fn insert_target(ins: &sqlparser::ast::Insert) -> Result<String> {
+    match &ins.table {
+        TableObject::TableName(n) => Ok(statement::table_name(n)),
+        other => Err(Error::unsupported(format!("INSERT INTO {other} is not supported"))),
+    }
+}
+
+/// Indices (into the user columns) the INSERT's column list names, in order.
+fn insert_targets(stream: &Stream, ins: &sqlparser::ast::Insert) -> Result<Vec<usize>> {
+    let names: Vec<String> = ins
+        .columns
+        .iter()
+        .map(|c| c.0.last().and_then(|p| p.as_ident()).map(statement::normalize_ident).unwrap_or_default())
+        .collect();
+    target_columns(stream, &names)
+}
+
+fn target_columns(stream: &Stream, names: &[String]) -> Result<Vec<usize>> {
+    if names.is_empty() {
+        return Ok((0..stream.def.columns.len()).collect());
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        if n == OFFSET_COLUMN || n == TS_COLUMN {
+            return Err(Error::new(
+                "428C9",
+                format!("cannot insert a non-DEFAULT value into column \"{n}\"")
+            )
+            .with_detail(format!("Column \"{n}\" is a system column assigned at commit.")));
+        }
+        let i = stream.def.columns.iter().position(|c| &c.name == n).ok_or_else(|| {
+            Error::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{n}\" of relation \"{}\" does not exist", stream.name()),
+            )
+        })?;
+        if out.contains(&i) {
+            return Err(Error::new(sqlstate::DUPLICATE_COLUMN, format!("column \"{n}\" specified more than once")));
+        }
+        out.push(i);
+    }
+    Ok(out)
+}
+
+fn values_rows(ins: &sqlparser::ast::Insert) -> Option<Vec<&Vec<Expr>>> {
+    let q = ins.source.as_ref()?;
+    if q.with.is_some() || q.order_by.is_some() || q.limit_clause.is_some() {
+        return None;
+    }
+    match q.body.as_ref() {
+        SetExpr::Values(v) => Some(v.rows.iter().map(|r| &r.content).collect()),
+        _ => None,
+    }
+}
+
+fn returning_list(items: &[SelectItem]) -> String {
+    items.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+fn literal_u64(e: &Expr) -> Option<u64> {
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::Number(n, _) => n.parse().ok(),
+            _ => None,
+        },
+        Expr::Nested(inner) => literal_u64(inner),
+        _ => None,
+    }
+}

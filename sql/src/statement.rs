@@ -1,0 +1,495 @@
+//! From SQL text to classified statements.
+//!
+//! Sluice's own syntax is rewritten at the token level into something the
+//! PostgreSQL dialect of sqlparser accepts: `CREATE STREAM` / `DROP STREAM`
+//! become `CREATE TABLE` / `DROP TABLE` (remembered per statement), and the
+//! system column `offset`, a keyword, is quoted wherever it is used as a
+//! column rather than as the `OFFSET n` clause. Each parsed statement is
+//! then classified by what will execute it: DataFusion (queries), the
+//! append path, DDL, transaction control, or session settings.
+
+use sqlparser::ast::{
+    ColumnOption, CopyOption, CopySource, CopyTarget, CreateTableOptions, Expr, ObjectName, ObjectType,
+    SqlOption, Statement, Value,
+};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::keywords::Keyword;
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Token, Tokenizer, Whitespace, Word};
+
+use crate::catalog::{ColumnDef, StreamDef, StreamOptions, OFFSET_COLUMN, TS_COLUMN};
+use crate::error::{sqlstate, Error, Result};
+use crate::types::ColumnType;
+
+pub use datafusion::sql::sqlparser;
+
+/// A statement, classified by what executes it.
+#[derive(Debug, Clone)]
+pub enum Parsed {
+    /// SELECT, VALUES, WITH, EXPLAIN: planned and run by DataFusion.
+    Query(Box<Statement>),
+    Insert(Box<sqlparser::ast::Insert>),
+    CreateStream { def: StreamDef, if_not_exists: bool },
+    DropStream { names: Vec<String>, if_exists: bool },
+    Delete(Box<sqlparser::ast::Delete>),
+    Begin,
+    Commit,
+    Rollback,
+    Set { name: String, value: String },
+    Show(String),
+    ShowStreams,
+    Reset(Option<String>),
+    /// Accepted and ignored (DISCARD ALL, SET SESSION CHARACTERISTICS, ...).
+    NoOp(&'static str),
+    CopyFrom(CopyFrom),
+    /// Recognized but refused; the error is raised when it executes.
+    Refused(Error),
+}
+
+#[derive(Debug, Clone)]
+pub struct CopyFrom {
+    pub stream: String,
+    pub columns: Vec<String>,
+    pub format: CopyFormat,
+    /// Data given inline after the statement (psql scripts).
+    pub inline: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CopyFormat {
+    Text { delimiter: char, null: String },
+    Csv { delimiter: char, quote: char, escape: char, null: String, header: bool },
+    Binary,
+}
+
+/// Parse SQL text (possibly several statements) into classified statements.
+pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
+    let (rewritten, stream_flags) = rewrite(sql)?;
+    let stmts = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(&rewritten)
+        .and_then(|mut p| p.parse_statements())
+        .map_err(|e| Error::syntax(clean_parser_error(&e.to_string())))?;
+    stmts
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| classify(s, stream_flags.get(i).copied().unwrap_or(false)))
+        .collect()
+}
+
+fn clean_parser_error(msg: &str) -> String {
+    let m = msg.strip_prefix("sql parser error: ").unwrap_or(msg);
+    format!("syntax error: {m}")
+}
+
+/// Token-level rewrite; returns the new text and, per statement, whether it
+/// was written as `CREATE/DROP STREAM`.
+fn rewrite(sql: &str) -> Result<(String, Vec<bool>)> {
+    let dialect = PostgreSqlDialect {};
+    let tokens = Tokenizer::new(&dialect, sql)
+        .tokenize()
+        .map_err(|e| Error::syntax(format!("syntax error: {e}")))?;
+    let significant: Vec<usize> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t, Token::Whitespace(_)))
+        .map(|(i, _)| i)
+        .collect();
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut flags = vec![false];
+    let mut prev_sig: Option<&Token> = None;
+    let mut sig_pos = 0;
+    for (i, tok) in tokens.iter().enumerate() {
+        if let Token::Whitespace(Whitespace::SingleLineComment { .. } | Whitespace::MultiLineComment(_)) = tok {
+            out.push(' ');
+            continue;
+        }
+        if matches!(tok, Token::Whitespace(_)) {
+            out.push_str(&tok.to_string());
+            continue;
+        }
+        let next_sig = significant.get(sig_pos + 1).map(|&j| &tokens[j]);
+        sig_pos += 1;
+        match tok {
+            Token::SemiColon => {
+                flags.push(false);
+                out.push(';');
+            }
+            Token::Word(w) if w.quote_style.is_none() && is_word(w, "stream") && prev_is(prev_sig, &["create", "drop"]) => {
+                if let Some(last) = flags.last_mut() {
+                    *last = true;
+                }
+                out.push_str("TABLE");
+            }
+            Token::Word(w) if w.quote_style.is_none() && is_word(w, "streams") && prev_is(prev_sig, &["show"]) => {
+                out.push_str("streams");
+            }
+            Token::Word(w) if w.quote_style.is_none() && w.keyword == Keyword::OFFSET && is_column_use(prev_sig, next_sig) => {
+                out.push_str("\"offset\"");
+            }
+            other => out.push_str(&other.to_string()),
+        }
+        let _ = i;
+        prev_sig = Some(tok);
+    }
+    Ok((out, flags))
+}
+
+fn is_word(w: &Word, s: &str) -> bool {
+    w.value.eq_ignore_ascii_case(s)
+}
+
+fn prev_is(prev: Option<&Token>, words: &[&str]) -> bool {
+    matches!(prev, Some(Token::Word(w)) if words.iter().any(|x| w.value.eq_ignore_ascii_case(x)))
+}
+
+/// `offset` is the OFFSET clause when a count follows it; otherwise it names
+/// the system column.
+fn is_column_use(prev: Option<&Token>, next: Option<&Token>) -> bool {
+    let clause_follows = matches!(
+        next,
+        Some(Token::Number(..)) | Some(Token::Placeholder(_)) | Some(Token::LParen)
+    ) || matches!(next, Some(Token::Word(w)) if w.keyword == Keyword::ALL || w.keyword == Keyword::NULL);
+    // `LIMIT 10 OFFSET x` / `OFFSET` right after a number is always the clause
+    let after_limit = matches!(prev, Some(Token::Number(..)) | Some(Token::Placeholder(_)))
+        || matches!(prev, Some(Token::Word(w)) if w.keyword == Keyword::ALL);
+    !(clause_follows || after_limit && !matches!(next, Some(Token::Comma) | Some(Token::RParen)))
+}
+
+fn object_name(n: &ObjectName) -> String {
+    n.0.last()
+        .map(|p| match p.as_ident() {
+            Some(id) => normalize_ident(id),
+            None => p.to_string(),
+        })
+        .unwrap_or_default()
+}
+
+/// PostgreSQL folds unquoted identifiers to lower case.
+pub fn normalize_ident(id: &sqlparser::ast::Ident) -> String {
+    if id.quote_style.is_some() {
+        id.value.clone()
+    } else {
+        id.value.to_lowercase()
+    }
+}
+
+pub fn table_name(n: &ObjectName) -> String {
+    object_name(n)
+}
+
+fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
+    Ok(match stmt {
+        Statement::Query(_) | Statement::Explain { .. } => Parsed::Query(Box::new(stmt)),
+        Statement::Insert(ins) => Parsed::Insert(Box::new(ins)),
+        Statement::CreateTable(ct) => {
+            if !is_stream {
+                return Ok(Parsed::Refused(Error::unsupported(
+                    "CREATE TABLE is not supported yet; use CREATE STREAM for an append-only stream",
+                )));
+            }
+            let name = object_name(&ct.name);
+            let mut columns = Vec::new();
+            for c in &ct.columns {
+                let cname = normalize_ident(&c.name);
+                if cname == OFFSET_COLUMN || cname == TS_COLUMN {
+                    return Err(Error::new(
+                        sqlstate::DUPLICATE_COLUMN,
+                        format!("column name \"{cname}\" conflicts with a system column name"),
+                    ));
+                }
+                if columns.iter().any(|x: &ColumnDef| x.name == cname) {
+                    return Err(Error::new(
+                        sqlstate::DUPLICATE_COLUMN,
+                        format!("column \"{cname}\" specified more than once"),
+                    ));
+                }
+                let ty = ColumnType::parse(&c.data_type.to_string())?;
+                let mut not_null = false;
+                for o in &c.options {
+                    match &o.option {
+                        ColumnOption::NotNull => not_null = true,
+                        ColumnOption::Null => not_null = false,
+                        other => {
+                            return Ok(Parsed::Refused(Error::unsupported(format!(
+                                "column option {other} is not supported on a stream"
+                            ))))
+                        }
+                    }
+                }
+                columns.push(ColumnDef { name: cname, ty, not_null });
+            }
+            if !ct.constraints.is_empty() {
+                return Ok(Parsed::Refused(Error::unsupported(
+                    "streams have no constraints other than NOT NULL (they are append-only logs)",
+                )));
+            }
+            let options = stream_options(&ct.table_options)?;
+            Parsed::CreateStream {
+                def: StreamDef { id: 0, name, columns, options },
+                if_not_exists: ct.if_not_exists,
+            }
+        }
+        Statement::Drop { object_type: ObjectType::Table, if_exists, names, .. } => Parsed::DropStream {
+            names: names.iter().map(object_name).collect(),
+            if_exists,
+        },
+        Statement::Delete(d) => Parsed::Delete(Box::new(d)),
+        Statement::Update(u) => {
+            let name = match &u.table.relation {
+                sqlparser::ast::TableFactor::Table { name, .. } => object_name(name),
+                other => other.to_string(),
+            };
+            Parsed::Refused(append_only(&name))
+        }
+        Statement::StartTransaction { .. } => Parsed::Begin,
+        Statement::Commit { .. } => Parsed::Commit,
+        Statement::Rollback { savepoint: None, .. } => Parsed::Rollback,
+        Statement::Rollback { savepoint: Some(_), .. } | Statement::Savepoint { .. } | Statement::ReleaseSavepoint { .. } => {
+            Parsed::Refused(Error::unsupported("savepoints are not supported"))
+        }
+        Statement::Set(set) => classify_set(set),
+        Statement::ShowVariable { variable } => {
+            let name = variable.iter().map(|v| v.value.to_lowercase()).collect::<Vec<_>>().join(" ");
+            if name == "streams" {
+                Parsed::ShowStreams
+            } else {
+                Parsed::Show(name)
+            }
+        }
+        Statement::Discard { .. } => Parsed::NoOp("DISCARD ALL"),
+        Statement::Reset(r) => match r.reset {
+            sqlparser::ast::Reset::ALL => Parsed::Reset(None),
+            sqlparser::ast::Reset::ConfigurationParameter(name) => Parsed::Reset(Some(object_name(&name))),
+        },
+        Statement::Copy { source, to, target, options, legacy_options, values } => {
+            classify_copy(source, to, target, options, legacy_options, values)?
+        }
+        Statement::Truncate(t) => {
+            let name = t.table_names.first().map(|n| object_name(&n.name)).unwrap_or_default();
+            Parsed::Refused(Error::unsupported(format!(
+                "TRUNCATE is not supported on stream \"{name}\"; use DELETE FROM {name} WHERE offset < n to drop a prefix"
+            )))
+        }
+        other => {
+            let text = other.to_string();
+            let verb = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+            Parsed::Refused(Error::unsupported(format!("{verb} is not supported")))
+        }
+    })
+}
+
+pub fn append_only(name: &str) -> Error {
+    Error::unsupported(format!(
+        "stream \"{name}\" is append-only: rows cannot be updated or deleted (only DELETE FROM {name} WHERE offset < n, which drops a prefix)"
+    ))
+}
+
+fn classify_set(set: sqlparser::ast::Set) -> Parsed {
+    use sqlparser::ast::Set as S;
+    match set {
+        S::SingleAssignment { variable, values, .. } => {
+            let name = variable.to_string().to_lowercase();
+            let value = values.iter().map(expr_setting_value).collect::<Vec<_>>().join(", ");
+            Parsed::Set { name, value }
+        }
+        S::SetTimeZone { value, .. } => Parsed::Set { name: "timezone".into(), value: expr_setting_value(&value) },
+        S::SetNames { charset_name, .. } => Parsed::Set { name: "client_encoding".into(), value: charset_name.to_string() },
+        _ => Parsed::NoOp("SET"),
+    }
+}
+
+fn expr_setting_value(e: &Expr) -> String {
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        },
+        Expr::Identifier(id) => id.value.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn classify_copy(
+    source: CopySource,
+    to: bool,
+    target: CopyTarget,
+    options: Vec<CopyOption>,
+    legacy: Vec<sqlparser::ast::CopyLegacyOption>,
+    values: Vec<Option<String>>,
+) -> Result<Parsed> {
+    if to {
+        return Ok(Parsed::Refused(Error::unsupported("COPY ... TO is not supported yet")));
+    }
+    if !matches!(target, CopyTarget::Stdin) {
+        return Ok(Parsed::Refused(Error::unsupported("COPY FROM supports only STDIN")));
+    }
+    let CopySource::Table { table_name, columns } = source else {
+        return Err(Error::syntax("COPY FROM needs a stream name"));
+    };
+    let mut fmt = "text".to_string();
+    let (mut delimiter, mut null, mut quote, mut escape, mut header) = (None, None, '"', None, false);
+    for o in options {
+        match o {
+            CopyOption::Format(f) => fmt = f.value.to_lowercase(),
+            CopyOption::Delimiter(c) => delimiter = Some(c),
+            CopyOption::Null(s) => null = Some(s),
+            CopyOption::Header(h) => header = h,
+            CopyOption::Quote(c) => quote = c,
+            CopyOption::Escape(c) => escape = Some(c),
+            other => return Ok(Parsed::Refused(Error::unsupported(format!("COPY option {other} is not supported")))),
+        }
+    }
+    for o in legacy {
+        use sqlparser::ast::CopyLegacyOption as L;
+        match o {
+            L::Binary => fmt = "binary".into(),
+            L::Csv(_) => fmt = "csv".into(),
+            L::Delimiter(c) => delimiter = Some(c),
+            L::Null(s) => null = Some(s),
+            L::Header => header = true,
+            other => return Ok(Parsed::Refused(Error::unsupported(format!("COPY option {other} is not supported")))),
+        }
+    }
+    let format = match fmt.as_str() {
+        "text" => CopyFormat::Text { delimiter: delimiter.unwrap_or('\t'), null: null.unwrap_or_else(|| "\\N".into()) },
+        "csv" => CopyFormat::Csv {
+            delimiter: delimiter.unwrap_or(','),
+            quote,
+            escape: escape.unwrap_or(quote),
+            null: null.unwrap_or_default(),
+            header,
+        },
+        "binary" => CopyFormat::Binary,
+        other => return Err(Error::new(sqlstate::INVALID_PARAMETER_VALUE, format!("COPY format \"{other}\" not recognized"))),
+    };
+    let inline = if values.is_empty() {
+        None
+    } else {
+        let delim = match &format {
+            CopyFormat::Text { delimiter, .. } | CopyFormat::Csv { delimiter, .. } => *delimiter,
+            CopyFormat::Binary => '\t',
+        };
+        let null_text = match &format {
+            CopyFormat::Text { null, .. } | CopyFormat::Csv { null, .. } => null.clone(),
+            CopyFormat::Binary => String::new(),
+        };
+        let _ = delim;
+        Some(values.into_iter().map(|v| v.unwrap_or_else(|| null_text.clone())).collect::<Vec<_>>().join("\t"))
+    };
+    Ok(Parsed::CopyFrom(CopyFrom {
+        stream: object_name(&table_name),
+        columns: columns.iter().map(normalize_ident).collect(),
+        format,
+        inline,
+    }))
+}
+
+fn stream_options(opts: &CreateTableOptions) -> Result<StreamOptions> {
+    let list = match opts {
+        CreateTableOptions::With(l) | CreateTableOptions::Options(l) | CreateTableOptions::Plain(l) => l.as_slice(),
+        _ => &[],
+    };
+    let mut o = StreamOptions::default();
+    for item in list {
+        let SqlOption::KeyValue { key, value } = item else {
+            return Err(Error::syntax(format!("unrecognized stream option {item}")));
+        };
+        let text = expr_setting_value(value);
+        match key.value.to_lowercase().as_str() {
+            "retention" => o.retention_ms = Some(parse_duration_ms(&text)?),
+            "retention_bytes" => o.retention_bytes = Some(parse_bytes(&text)?),
+            "dedup_key" => o.dedup_key = Some(text),
+            "dedup_window" => o.dedup_window_ms = Some(parse_duration_ms(&text)?),
+            "segment_bytes" => o.segment_bytes = Some(parse_bytes(&text)?.max(4096)),
+            other => {
+                return Err(Error::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!("unrecognized stream option \"{other}\" (known: retention, retention_bytes, dedup_key, dedup_window, segment_bytes)"),
+                ))
+            }
+        }
+    }
+    Ok(o)
+}
+
+/// `'7 days'`, `'2 minutes'`, `'500ms'`, `'10s'` → milliseconds.
+pub fn parse_duration_ms(s: &str) -> Result<u64> {
+    let t = s.trim().to_lowercase();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| Error::new(sqlstate::INVALID_PARAMETER_VALUE, format!("invalid duration \"{s}\"")))?;
+    let mult = match unit.trim() {
+        "" | "ms" | "millisecond" | "milliseconds" => 1.0,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1e3,
+        "min" | "mins" | "minute" | "minutes" => 60e3,
+        "h" | "hour" | "hours" => 3600e3,
+        "d" | "day" | "days" => 86400e3,
+        "w" | "week" | "weeks" => 7.0 * 86400e3,
+        _ => return Err(Error::new(sqlstate::INVALID_PARAMETER_VALUE, format!("invalid duration \"{s}\""))),
+    };
+    Ok((n * mult) as u64)
+}
+
+/// `'10 GB'`, `'64MB'`, `'4096'` → bytes.
+pub fn parse_bytes(s: &str) -> Result<u64> {
+    let t = s.trim().to_lowercase();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| Error::new(sqlstate::INVALID_PARAMETER_VALUE, format!("invalid size \"{s}\"")))?;
+    let mult = match unit.trim() {
+        "" | "b" | "bytes" => 1.0,
+        "kb" | "kib" | "k" => 1024.0,
+        "mb" | "mib" | "m" => 1024.0 * 1024.0,
+        "gb" | "gib" | "g" => 1024.0 * 1024.0 * 1024.0,
+        "tb" | "tib" | "t" => 1024.0f64.powi(4),
+        _ => return Err(Error::new(sqlstate::INVALID_PARAMETER_VALUE, format!("invalid size \"{s}\""))),
+    };
+    Ok((n * mult) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_offset_only_where_it_is_a_column() {
+        let (s, _) = rewrite("SELECT offset, x FROM s WHERE offset > 1 ORDER BY offset LIMIT 5 OFFSET 2").unwrap();
+        assert_eq!(s, "SELECT \"offset\", x FROM s WHERE \"offset\" > 1 ORDER BY \"offset\" LIMIT 5 OFFSET 2");
+        let (s, _) = rewrite("select * from s offset $1").unwrap();
+        assert_eq!(s, "select * from s offset $1");
+        let (s, _) = rewrite("INSERT INTO s VALUES (1) RETURNING offset, ts").unwrap();
+        assert_eq!(s, "INSERT INTO s VALUES (1) RETURNING \"offset\", ts");
+    }
+
+    #[test]
+    fn create_stream_becomes_a_flagged_create_table() {
+        let p = parse("CREATE STREAM orders (customer text NOT NULL, amount numeric(12,2)) WITH (retention = '7 days'); SELECT 1").unwrap();
+        match &p[0] {
+            Parsed::CreateStream { def, .. } => {
+                assert_eq!(def.name, "orders");
+                assert_eq!(def.columns.len(), 2);
+                assert!(def.columns[0].not_null);
+                assert_eq!(def.options.retention_ms, Some(7 * 86_400_000));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(p[1], Parsed::Query(_)));
+        assert!(matches!(parse("CREATE TABLE t (a int)").unwrap()[0], Parsed::Refused(_)));
+    }
+
+    #[test]
+    fn update_is_refused_as_append_only() {
+        match &parse("UPDATE orders SET amount = 0").unwrap()[0] {
+            Parsed::Refused(e) => {
+                assert_eq!(e.code, sqlstate::FEATURE_NOT_SUPPORTED);
+                assert!(e.message.contains("append-only"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn syntax_errors_are_42601() {
+        assert_eq!(parse("SELEC 1").unwrap_err().code, sqlstate::SYNTAX_ERROR);
+    }
+}

@@ -1,0 +1,181 @@
+//! The on-disk frame: one appended batch, written as a fixed header followed
+//! by the payload (the Arrow IPC stream bytes, verbatim).
+//!
+//! Header layout, little endian, [`HEADER_LEN`] bytes:
+//!
+//! | field       | type | bytes  |
+//! |-------------|------|--------|
+//! | magic       | u32  | 0..4   |
+//! | payload_len | u32  | 4..8   |
+//! | crc32c      | u32  | 8..12  |
+//! | base_offset | u64  | 12..20 |
+//! | rows        | u32  | 20..24 |
+//! | ts_micros   | i64  | 24..32 |
+//!
+//! The checksum covers header bytes 12..32 and the payload, so a frame whose
+//! checksum verifies has the offsets, row count, timestamp and data that were
+//! written. `payload_len` is covered indirectly: a wrong length makes the
+//! checksum run over the wrong bytes. The magic lets recovery tell a frame
+//! boundary from garbage without trusting the length field.
+
+/// Marks the start of every frame ("FCLS" on disk).
+pub const MAGIC: u32 = 0x534C_4346;
+
+/// Size of the fixed frame header in bytes.
+pub const HEADER_LEN: usize = 32;
+
+/// Largest payload a frame can carry, so that a whole frame's length fits a u32.
+pub const MAX_PAYLOAD_LEN: usize = u32::MAX as usize - HEADER_LEN;
+
+const CRC_START: usize = 12;
+
+/// The decoded fields of a frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub payload_len: u32,
+    pub crc: u32,
+    pub base_offset: u64,
+    pub rows: u32,
+    pub ts_micros: i64,
+}
+
+impl FrameHeader {
+    /// Length of the whole frame: header plus payload.
+    pub fn frame_len(&self) -> u64 {
+        HEADER_LEN as u64 + u64::from(self.payload_len)
+    }
+}
+
+/// Encodes the header for a frame carrying `payload`, checksum included.
+/// Returns `None` if the payload is longer than [`MAX_PAYLOAD_LEN`].
+pub fn encode_header(
+    base_offset: u64,
+    rows: u32,
+    ts_micros: i64,
+    payload: &[u8],
+) -> Option<[u8; HEADER_LEN]> {
+    if payload.len() > MAX_PAYLOAD_LEN {
+        return None;
+    }
+    let payload_len = u32::try_from(payload.len()).ok()?;
+    let mut buf = [0u8; HEADER_LEN];
+    buf[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    buf[4..8].copy_from_slice(&payload_len.to_le_bytes());
+    buf[12..20].copy_from_slice(&base_offset.to_le_bytes());
+    buf[20..24].copy_from_slice(&rows.to_le_bytes());
+    buf[24..32].copy_from_slice(&ts_micros.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&buf[CRC_START..]), payload);
+    buf[8..12].copy_from_slice(&crc.to_le_bytes());
+    Some(buf)
+}
+
+/// Decodes a header. Returns `None` if the magic is wrong, i.e. `buf` is not
+/// the start of a frame. The checksum is not verified here; see
+/// [`verify_checksum`].
+pub fn decode_header(buf: &[u8; HEADER_LEN]) -> Option<FrameHeader> {
+    if u32_at(buf, 0) != MAGIC {
+        return None;
+    }
+    Some(FrameHeader {
+        payload_len: u32_at(buf, 4),
+        crc: u32_at(buf, 8),
+        base_offset: u64::from_le_bytes(bytes_at(buf, 12)),
+        rows: u32_at(buf, 20),
+        ts_micros: i64::from_le_bytes(bytes_at(buf, 24)),
+    })
+}
+
+fn bytes_at<const N: usize>(buf: &[u8; HEADER_LEN], at: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(&buf[at..at + N]);
+    out
+}
+
+fn u32_at(buf: &[u8; HEADER_LEN], at: usize) -> u32 {
+    u32::from_le_bytes(bytes_at(buf, at))
+}
+
+/// Computes the checksum a frame with these fields and payload must carry.
+pub fn checksum(base_offset: u64, rows: u32, ts_micros: i64, payload: &[u8]) -> u32 {
+    let mut covered = [0u8; HEADER_LEN - CRC_START];
+    covered[0..8].copy_from_slice(&base_offset.to_le_bytes());
+    covered[8..12].copy_from_slice(&rows.to_le_bytes());
+    covered[12..20].copy_from_slice(&ts_micros.to_le_bytes());
+    crc32c::crc32c_append(crc32c::crc32c(&covered), payload)
+}
+
+/// True if `payload` has the length and checksum recorded in `header`.
+pub fn verify_checksum(header: &FrameHeader, payload: &[u8]) -> bool {
+    payload.len() == header.payload_len as usize
+        && checksum(header.base_offset, header.rows, header.ts_micros, payload) == header.crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ([u8; HEADER_LEN], Vec<u8>) {
+        let payload = b"arrow ipc bytes".to_vec();
+        let header = encode_header(1234, 7, -42, &payload).expect("small payload");
+        (header, payload)
+    }
+
+    #[test]
+    fn header_round_trips() {
+        let (buf, payload) = sample();
+        let header = decode_header(&buf).expect("magic");
+        assert_eq!(header.payload_len as usize, payload.len());
+        assert_eq!(header.base_offset, 1234);
+        assert_eq!(header.rows, 7);
+        assert_eq!(header.ts_micros, -42);
+        assert_eq!(header.frame_len(), (HEADER_LEN + payload.len()) as u64);
+        assert!(verify_checksum(&header, &payload));
+    }
+
+    #[test]
+    fn layout_is_little_endian_at_documented_positions() {
+        let (buf, _) = sample();
+        assert_eq!(&buf[0..4], &MAGIC.to_le_bytes());
+        assert_eq!(&buf[4..8], &15u32.to_le_bytes());
+        assert_eq!(&buf[12..20], &1234u64.to_le_bytes());
+        assert_eq!(&buf[20..24], &7u32.to_le_bytes());
+        assert_eq!(&buf[24..32], &(-42i64).to_le_bytes());
+    }
+
+    #[test]
+    fn wrong_magic_is_not_a_frame() {
+        let (mut buf, _) = sample();
+        buf[0] ^= 1;
+        assert_eq!(decode_header(&buf), None);
+        assert_eq!(decode_header(&[0u8; HEADER_LEN]), None);
+    }
+
+    #[test]
+    fn any_flipped_bit_in_covered_bytes_fails_the_checksum() {
+        let (buf, payload) = sample();
+        for i in CRC_START..HEADER_LEN {
+            let mut bad = buf;
+            bad[i] ^= 0x10;
+            let header = decode_header(&bad).expect("magic untouched");
+            assert!(!verify_checksum(&header, &payload), "header byte {i}");
+        }
+        let header = decode_header(&buf).expect("magic");
+        for i in 0..payload.len() {
+            let mut bad = payload.clone();
+            bad[i] ^= 0x01;
+            assert!(!verify_checksum(&header, &bad), "payload byte {i}");
+        }
+    }
+
+    #[test]
+    fn wrong_length_or_crc_fails_verification() {
+        let (buf, payload) = sample();
+        let header = decode_header(&buf).expect("magic");
+        assert!(!verify_checksum(&header, &payload[..payload.len() - 1]));
+        let bad_crc = FrameHeader {
+            crc: header.crc ^ 1,
+            ..header
+        };
+        assert!(!verify_checksum(&bad_crc, &payload));
+    }
+}

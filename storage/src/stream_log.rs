@@ -1,0 +1,574 @@
+//! `StreamLog`: one stream's offsets, stored as a sequence of segment files
+//! in the stream's directory, with an in-memory index of every frame.
+//!
+//! Invariants: offsets are gapless from the first segment's base to
+//! `next_offset`; the last segment is the active one and the only one
+//! written; an index entry (and `next_offset`) is published only after its
+//! frame's bytes are written, so readers never see a partial frame. One
+//! writer (append, sync, truncate_prefix) runs at a time under the writer
+//! mutex; readers take the index read lock only to copy entries or clone a
+//! file handle, never across I/O. Lock order: writer, then index.
+//!
+//! Durability is the caller's checkpoint: `sync` returns the position up to
+//! which everything is on disk, and `open` discards whatever lies beyond the
+//! checkpoint it is given. Hence a segment file is deleted only once a
+//! checkpoint no longer needs it (its base is below the last checkpoint's
+//! segment), and after any I/O error the log is poisoned and refuses writes
+//! rather than pretend something is durable.
+
+use std::fmt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use tracing::{debug, info};
+
+use crate::error::{Error, Result};
+use crate::frame::{self, HEADER_LEN};
+use crate::segment::{self, FrameEntry, Segment, SegmentFile, TornTail};
+
+/// Tuning for a [`StreamLog`].
+#[derive(Debug, Clone)]
+pub struct StreamLogOptions {
+    /// Once the active segment holds at least this many bytes, the next
+    /// append starts a new segment.
+    pub segment_bytes: u64,
+}
+
+impl Default for StreamLogOptions {
+    fn default() -> Self {
+        StreamLogOptions {
+            segment_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Durable position recorded by the caller's checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamCheckpoint {
+    /// First retained offset (prefix truncation).
+    pub first_offset: u64,
+    /// Base offset of the segment that was active at the checkpoint.
+    pub segment_base: u64,
+    /// Bytes of that segment made durable.
+    pub segment_len: u64,
+}
+
+/// Index entry for one frame (one appended batch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMeta {
+    pub base_offset: u64,
+    pub rows: u32,
+    pub ts_micros: i64,
+    pub segment_base: u64,
+    /// Byte position of the frame in its segment file.
+    pub position: u64,
+    /// Length of the whole frame (header and payload).
+    pub len: u32,
+}
+
+impl BatchMeta {
+    /// The offset after this batch's last row.
+    pub fn end_offset(&self) -> u64 {
+        self.base_offset + u64::from(self.rows)
+    }
+}
+
+/// Summary of one segment file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub base_offset: u64,
+    pub next_offset: u64,
+    pub bytes: u64,
+    pub min_ts_micros: Option<i64>,
+    pub max_ts_micros: Option<i64>,
+    pub path: PathBuf,
+}
+
+/// A stream's log of Arrow IPC record batches. `Send + Sync`: share it as
+/// `Arc<StreamLog>` between one writer thread and any number of readers.
+pub struct StreamLog {
+    dir: PathBuf,
+    opts: StreamLogOptions,
+    index: RwLock<Index>,
+    writer: Mutex<Writer>,
+}
+
+/// What readers see.
+struct Index {
+    sealed: Vec<Segment>,
+    active: Segment,
+    first_offset: u64,
+    next_offset: u64,
+    last_ts_micros: Option<i64>,
+}
+
+impl Index {
+    fn segments(&self) -> impl Iterator<Item = &Segment> {
+        self.sealed.iter().chain(std::iter::once(&self.active))
+    }
+
+    fn segment(&self, base: u64) -> Option<&Segment> {
+        if self.active.base() == base {
+            return Some(&self.active);
+        }
+        let i = self
+            .sealed
+            .binary_search_by_key(&base, Segment::base)
+            .ok()?;
+        self.sealed.get(i)
+    }
+}
+
+/// The writer's private state.
+struct Writer {
+    active: Arc<SegmentFile>,
+    active_len: u64,
+    active_unsynced: bool,
+    /// Sealed segments written since the last sync.
+    sealed_unsynced: Vec<Arc<SegmentFile>>,
+    dir_unsynced: bool,
+    parent_unsynced: bool,
+    /// Segment base of the last checkpoint handed out (or opened from):
+    /// files from this segment on must survive until a later checkpoint.
+    durable_base: u64,
+    poisoned: Option<String>,
+}
+
+impl Writer {
+    fn check(&self) -> Result<()> {
+        match &self.poisoned {
+            Some(reason) => Err(Error::Poisoned(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn poison(&mut self, err: Error) -> Error {
+        self.poisoned = Some(err.to_string());
+        err
+    }
+}
+
+impl StreamLog {
+    /// Creates a brand-new empty stream in `dir`, deleting anything already
+    /// there (a replayed CREATE must start clean). The first segment's base
+    /// is 0.
+    pub fn create(dir: &Path, opts: StreamLogOptions) -> Result<StreamLog> {
+        match fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(Error::io(dir)(e)),
+            _ => {}
+        }
+        fs::create_dir_all(dir).map_err(Error::io(dir))?;
+        let file = Arc::new(SegmentFile::create(dir, 0)?);
+        Ok(Self::assemble(
+            dir,
+            opts,
+            Vec::new(),
+            Segment::new(file),
+            0,
+            0,
+            true,
+        ))
+    }
+
+    /// Opens an existing stream after a restart. Everything past
+    /// `checkpoint` was never made durable by a checkpoint and is removed (the
+    /// caller replays it). Every remaining frame is verified: an incomplete
+    /// final frame (torn write) is truncated with a warning; a complete frame
+    /// that does not verify is [`Error::Corrupt`]. The index is rebuilt from
+    /// the frame headers.
+    pub fn open(
+        dir: &Path,
+        opts: StreamLogOptions,
+        checkpoint: &StreamCheckpoint,
+    ) -> Result<StreamLog> {
+        let created_dir = !dir.exists();
+        fs::create_dir_all(dir).map_err(Error::io(dir))?;
+        let mut found = list_segments(dir)?;
+        let mut dir_changed = created_dir;
+
+        let keep = found.partition_point(|(base, _)| *base <= checkpoint.segment_base);
+        for (_, path) in found.drain(keep..) {
+            info!(path = %path.display(), "removing segment created after the last checkpoint");
+            fs::remove_file(&path).map_err(Error::io(&path))?;
+            dir_changed = true;
+        }
+        let (active_base, active_path) = match found.pop() {
+            Some((base, path)) if base == checkpoint.segment_base => (base, path),
+            other => {
+                found.extend(other);
+                let base = checkpoint.segment_base;
+                let path = dir.join(segment::file_name(base));
+                if checkpoint.segment_len > 0 {
+                    return Err(Error::corrupt(
+                        &path,
+                        0,
+                        format!(
+                            "segment is missing but the checkpoint records {} durable bytes",
+                            checkpoint.segment_len
+                        ),
+                    ));
+                }
+                SegmentFile::create(dir, base)?;
+                dir_changed = true;
+                (base, path)
+            }
+        };
+
+        let mut sealed = Vec::with_capacity(found.len());
+        let mut prev_end = None;
+        let mut recover = |path: PathBuf, base: u64, limit, torn_tail| {
+            if let Some(end) = prev_end.filter(|end| *end != base) {
+                return Err(Error::corrupt(
+                    &path,
+                    0,
+                    format!("segment starts at offset {base} but the previous one ends at {end}"),
+                ));
+            }
+            let segment = Segment::recover(path, base, limit, torn_tail)?;
+            prev_end = Some(segment.end_offset());
+            Ok(segment)
+        };
+        for (base, path) in found {
+            sealed.push(recover(path, base, None, TornTail::Reject)?);
+        }
+        let active = recover(
+            active_path,
+            active_base,
+            Some(checkpoint.segment_len),
+            TornTail::Truncate,
+        )?;
+        let first_offset = sealed.first().unwrap_or(&active).base();
+        let log = Self::assemble(
+            dir,
+            opts,
+            sealed,
+            active,
+            first_offset.max(checkpoint.first_offset),
+            checkpoint.segment_base,
+            dir_changed,
+        );
+        Ok(log)
+    }
+
+    fn assemble(
+        dir: &Path,
+        opts: StreamLogOptions,
+        sealed: Vec<Segment>,
+        active: Segment,
+        first_offset: u64,
+        durable_base: u64,
+        dir_unsynced: bool,
+    ) -> StreamLog {
+        let next_offset = active.end_offset();
+        let last_ts_micros = active
+            .last_ts_micros()
+            .or_else(|| sealed.iter().rev().find_map(Segment::last_ts_micros));
+        let writer = Writer {
+            active: Arc::clone(active.file()),
+            active_len: active.bytes(),
+            active_unsynced: false,
+            sealed_unsynced: Vec::new(),
+            dir_unsynced,
+            parent_unsynced: dir_unsynced,
+            durable_base,
+            poisoned: None,
+        };
+        let index = Index {
+            sealed,
+            active,
+            first_offset: first_offset.min(next_offset),
+            next_offset,
+            last_ts_micros,
+        };
+        StreamLog {
+            dir: dir.to_path_buf(),
+            opts,
+            index: RwLock::new(index),
+            writer: Mutex::new(writer),
+        }
+    }
+
+    /// Appends one frame holding `ipc`, the bytes of an Arrow IPC stream with
+    /// exactly one record batch of `rows` rows (written verbatim), committed
+    /// at `ts_micros`. Assigns offsets `next_offset..next_offset + rows` and
+    /// returns the first. No fsync; see [`StreamLog::sync`].
+    pub fn append(&self, ipc: &[u8], rows: u32, ts_micros: i64) -> Result<u64> {
+        let mut w = self.writer.lock();
+        w.check()?;
+        if w.active_len > 0 && w.active_len >= self.opts.segment_bytes {
+            self.roll(&mut w).map_err(|e| w.poison(e))?;
+        }
+        let base_offset = self.index.read().next_offset;
+        let (Some(header), Ok(len)) = (
+            frame::encode_header(base_offset, rows, ts_micros, ipc),
+            u32::try_from(HEADER_LEN + ipc.len()),
+        ) else {
+            return Err(Error::io(w.active.path())(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a batch of {} bytes does not fit in a frame", ipc.len()),
+            )));
+        };
+        let position = w.active_len;
+        w.active
+            .write_frame(position, &header, ipc)
+            .map_err(|e| w.poison(e))?;
+        w.active_len += u64::from(len);
+        w.active_unsynced = true;
+
+        let mut index = self.index.write();
+        index.active.push(FrameEntry {
+            base_offset,
+            position,
+            len,
+            rows,
+            ts_micros,
+        });
+        index.next_offset = base_offset + u64::from(rows);
+        index.last_ts_micros = Some(ts_micros);
+        Ok(base_offset)
+    }
+
+    /// Seals the active segment and starts a new one at `next_offset`.
+    fn roll(&self, w: &mut Writer) -> Result<()> {
+        let base = self.index.read().next_offset;
+        let file = Arc::new(SegmentFile::create(&self.dir, base)?);
+        debug!(path = %file.path().display(), "starting segment");
+        let sealed = std::mem::replace(&mut w.active, Arc::clone(&file));
+        if std::mem::take(&mut w.active_unsynced) {
+            w.sealed_unsynced.push(sealed);
+        }
+        w.active_len = 0;
+        w.dir_unsynced = true;
+        let mut index = self.index.write();
+        let sealed = std::mem::replace(&mut index.active, Segment::new(file));
+        index.sealed.push(sealed);
+        Ok(())
+    }
+
+    /// Fsyncs every segment file written since the last sync, and the
+    /// directory if segments were created or deleted. Returns the durable
+    /// position for the caller's checkpoint. The caller must store it before
+    /// its next `truncate_prefix`, which may then delete the segments it no
+    /// longer needs.
+    pub fn sync(&self) -> Result<StreamCheckpoint> {
+        let mut w = self.writer.lock();
+        w.check()?;
+        self.sync_files(&mut w).map_err(|e| w.poison(e))?;
+        let checkpoint = StreamCheckpoint {
+            first_offset: self.index.read().first_offset,
+            segment_base: w.active.base(),
+            segment_len: w.active_len,
+        };
+        w.durable_base = checkpoint.segment_base;
+        Ok(checkpoint)
+    }
+
+    fn sync_files(&self, w: &mut Writer) -> Result<()> {
+        for file in &w.sealed_unsynced {
+            file.sync()?;
+        }
+        w.sealed_unsynced.clear();
+        if w.active_unsynced {
+            w.active.sync()?;
+            w.active_unsynced = false;
+        }
+        if w.dir_unsynced {
+            sync_dir(&self.dir)?;
+            w.dir_unsynced = false;
+        }
+        if w.parent_unsynced {
+            sync_dir(parent_dir(&self.dir))?;
+            w.parent_unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// The offset the next appended row gets.
+    pub fn next_offset(&self) -> u64 {
+        self.index.read().next_offset
+    }
+
+    /// The first offset still retained.
+    pub fn first_offset(&self) -> u64 {
+        self.index.read().first_offset
+    }
+
+    /// Commit timestamp of the last appended batch.
+    pub fn last_ts_micros(&self) -> Option<i64> {
+        self.index.read().last_ts_micros
+    }
+
+    /// Index entries of the frames holding offsets in `[from, to)` at or
+    /// after `first_offset`, in offset order. Frames with no rows are never
+    /// returned.
+    pub fn batches(&self, from: u64, to: u64) -> Vec<BatchMeta> {
+        let index = self.index.read();
+        let from = from.max(index.first_offset);
+        let to = to.min(index.next_offset);
+        if from >= to {
+            return Vec::new();
+        }
+        let skip = index.sealed.partition_point(|s| s.end_offset() <= from);
+        let mut out = Vec::new();
+        for segment in index.segments().skip(skip) {
+            if segment.base() >= to {
+                break;
+            }
+            let batches = segment
+                .overlapping(from, to)
+                .iter()
+                .filter(|f| f.rows > 0)
+                .map(|f| BatchMeta {
+                    base_offset: f.base_offset,
+                    rows: f.rows,
+                    ts_micros: f.ts_micros,
+                    segment_base: segment.base(),
+                    position: f.position,
+                    len: f.len,
+                });
+            out.extend(batches);
+        }
+        out
+    }
+
+    /// Reads, verifies and decodes the batch `meta` describes. Returns
+    /// [`Error::OffsetTruncated`] if its segment has been deleted.
+    pub fn read(&self, meta: &BatchMeta) -> Result<RecordBatch> {
+        let file = {
+            let index = self.index.read();
+            match index.segment(meta.segment_base) {
+                Some(segment) => Arc::clone(segment.file()),
+                None => {
+                    return Err(Error::OffsetTruncated {
+                        requested: meta.base_offset,
+                        first: index.first_offset,
+                    })
+                }
+            }
+        };
+        file.read_batch(meta.position, meta.len, meta.base_offset)
+    }
+
+    /// Logical prefix truncation: `first_offset = max(first_offset, before)`,
+    /// capped at `next_offset`. Deletes the sealed segment files whose every
+    /// offset is below the new `first_offset`, except the segment of the last
+    /// checkpoint (and anything after it), which a restart from that
+    /// checkpoint still needs. Never deletes the active segment. Returns the
+    /// new `first_offset`.
+    pub fn truncate_prefix(&self, before: u64) -> Result<u64> {
+        let mut w = self.writer.lock();
+        w.check()?;
+        let (first_offset, doomed) = {
+            let mut index = self.index.write();
+            let first_offset = index.first_offset.max(before).min(index.next_offset);
+            index.first_offset = first_offset;
+            let n = index
+                .sealed
+                .iter()
+                .take_while(|s| s.end_offset() <= first_offset && s.base() < w.durable_base)
+                .count();
+            let doomed: Vec<_> = index
+                .sealed
+                .drain(..n)
+                .map(|s| Arc::clone(s.file()))
+                .collect();
+            (first_offset, doomed)
+        };
+        if !doomed.is_empty() {
+            w.sealed_unsynced
+                .retain(|f| doomed.iter().all(|d| d.base() != f.base()));
+            w.dir_unsynced = true;
+        }
+        for file in doomed {
+            debug!(path = %file.path().display(), "deleting truncated segment");
+            fs::remove_file(file.path()).map_err(|e| w.poison(Error::io(file.path())(e)))?;
+        }
+        Ok(first_offset)
+    }
+
+    /// Summaries of the segment files, in offset order.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        self.index
+            .read()
+            .segments()
+            .map(|s| SegmentInfo {
+                base_offset: s.base(),
+                next_offset: s.end_offset(),
+                bytes: s.bytes(),
+                min_ts_micros: s.min_ts_micros(),
+                max_ts_micros: s.max_ts_micros(),
+                path: s.file().path().to_path_buf(),
+            })
+            .collect()
+    }
+
+    /// Bytes of all segment files.
+    pub fn size_bytes(&self) -> u64 {
+        self.index.read().segments().map(Segment::bytes).sum()
+    }
+
+    /// The stream's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Removes the stream's directory (DROP STREAM). The log accepts no
+    /// more writes afterwards; readers holding index entries may still read
+    /// them from the unlinked files.
+    pub fn destroy(&self) -> Result<()> {
+        let mut w = self.writer.lock();
+        w.poisoned = Some(format!("stream log {} was destroyed", self.dir.display()));
+        match fs::remove_dir_all(&self.dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(Error::io(&self.dir)(e)),
+            _ => {}
+        }
+        sync_dir(parent_dir(&self.dir))
+    }
+}
+
+impl fmt::Debug for StreamLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let index = self.index.read();
+        f.debug_struct("StreamLog")
+            .field("dir", &self.dir)
+            .field("first_offset", &index.first_offset)
+            .field("next_offset", &index.next_offset)
+            .field("segments", &(index.sealed.len() + 1))
+            .finish()
+    }
+}
+
+/// Segment files in `dir`, sorted by base offset. Other files are ignored.
+fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(dir).map_err(Error::io(dir))? {
+        let entry = entry.map_err(Error::io(dir))?;
+        if let Some(base) = entry
+            .file_name()
+            .to_str()
+            .and_then(segment::parse_file_name)
+        {
+            found.push((base, entry.path()));
+        }
+    }
+    found.sort_unstable_by_key(|(base, _)| *base);
+    Ok(found)
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(Error::io(dir))
+}
+
+fn parent_dir(dir: &Path) -> &Path {
+    match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}

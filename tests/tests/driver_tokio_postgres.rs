@@ -1,0 +1,637 @@
+//! tokio-postgres against a real server: binary parameters and results for
+//! every column type, text results of the same rows, RETURNING, SQLSTATEs,
+//! COPY FROM STDIN (text and csv), transactions, and the psql session from
+//! the README.
+
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use futures::SinkExt;
+use rust_decimal::Decimal;
+use serde_json::json;
+use sluice_tests::{exec, expect_sqlstate, simple_rows, within, Server, STATEMENT_TIMEOUT};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Row};
+use uuid::Uuid;
+
+const TYPED_DDL: &str = "CREATE STREAM typed (flag boolean, i2 smallint, i4 integer, \
+    i8 bigint, f4 real, f8 double precision, num numeric(10,3), txt text, vc varchar(5), \
+    bin bytea, tstz timestamptz, tsp timestamp, day date, doc json, docb jsonb, id uuid)";
+const TYPED_COLUMNS: &str =
+    "flag, i2, i4, i8, f4, f8, num, txt, vc, bin, tstz, tsp, day, doc, docb, id";
+
+/// One row of `typed`, as Rust values.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Typed {
+    flag: Option<bool>,
+    i2: Option<i16>,
+    i4: Option<i32>,
+    i8: Option<i64>,
+    f4: Option<f32>,
+    f8: Option<f64>,
+    num: Option<Decimal>,
+    txt: Option<String>,
+    vc: Option<String>,
+    bin: Option<Vec<u8>>,
+    tstz: Option<DateTime<Utc>>,
+    tsp: Option<NaiveDateTime>,
+    day: Option<NaiveDate>,
+    doc: Option<serde_json::Value>,
+    docb: Option<serde_json::Value>,
+    id: Option<Uuid>,
+}
+
+impl Typed {
+    fn params(&self) -> [&(dyn ToSql + Sync); 16] {
+        [
+            &self.flag, &self.i2, &self.i4, &self.i8, &self.f4, &self.f8, &self.num, &self.txt,
+            &self.vc, &self.bin, &self.tstz, &self.tsp, &self.day, &self.doc, &self.docb, &self.id,
+        ]
+    }
+
+    fn from_row(row: &Row) -> Typed {
+        Typed {
+            flag: row.get("flag"),
+            i2: row.get("i2"),
+            i4: row.get("i4"),
+            i8: row.get("i8"),
+            f4: row.get("f4"),
+            f8: row.get("f8"),
+            num: row.get("num"),
+            txt: row.get("txt"),
+            vc: row.get("vc"),
+            bin: row.get("bin"),
+            tstz: row.get("tstz"),
+            tsp: row.get("tsp"),
+            day: row.get("day"),
+            doc: row.get("doc"),
+            docb: row.get("docb"),
+            id: row.get("id"),
+        }
+    }
+}
+
+fn date(y: i32, m: u32, d: u32) -> NaiveDate {
+    NaiveDate::from_ymd_opt(y, m, d).expect("valid date")
+}
+
+fn datetime(day: NaiveDate, h: u32, mi: u32, s: u32, micro: u32) -> NaiveDateTime {
+    day.and_hms_micro_opt(h, mi, s, micro).expect("valid time")
+}
+
+fn uuid(text: &str) -> Uuid {
+    Uuid::parse_str(text).expect("valid uuid")
+}
+
+/// Sample rows and how PostgreSQL prints each of them as text.
+fn samples() -> Vec<(Typed, [Option<&'static str>; 16])> {
+    let full = Typed {
+        flag: Some(true),
+        i2: Some(12),
+        i4: Some(345),
+        i8: Some(6_789_012_345),
+        f4: Some(1.5),
+        f8: Some(2.25),
+        num: Some(Decimal::new(125, 1)),
+        txt: Some("hello world".into()),
+        vc: Some("abc".into()),
+        bin: Some(vec![0xde, 0xad, 0xbe, 0xef]),
+        tstz: Some(datetime(date(2024, 1, 2), 3, 4, 5, 123_456).and_utc()),
+        tsp: Some(datetime(date(2024, 1, 2), 3, 4, 5, 0)),
+        day: Some(date(2024, 2, 29)),
+        doc: Some(json!({"a": [1, 2]})),
+        docb: Some(json!({"b": 2, "a": 1})),
+        id: Some(uuid("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")),
+    };
+    let full_text = [
+        "t",
+        "12",
+        "345",
+        "6789012345",
+        "1.5",
+        "2.25",
+        "12.500",
+        "hello world",
+        "abc",
+        "\\xdeadbeef",
+        "2024-01-02 03:04:05.123456+00",
+        "2024-01-02 03:04:05",
+        "2024-02-29",
+        r#"{"a":[1,2]}"#,
+        r#"{"a": 1, "b": 2}"#,
+        "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+    ]
+    .map(Some);
+    let edges = Typed {
+        flag: Some(false),
+        i2: Some(i16::MIN),
+        i4: Some(i32::MIN),
+        i8: Some(i64::MAX),
+        f4: Some(-0.25),
+        f8: Some(0.1),
+        num: Some(Decimal::new(-1, 3)),
+        txt: Some(String::new()),
+        vc: Some("abcde".into()),
+        bin: Some(Vec::new()),
+        tstz: Some(DateTime::UNIX_EPOCH),
+        tsp: Some(datetime(date(1999, 12, 31), 23, 59, 59, 500_000)),
+        day: Some(date(1970, 1, 1)),
+        doc: Some(json!([])),
+        docb: Some(json!({"nested": {"k": null}, "arr": [true, false]})),
+        id: Some(Uuid::nil()),
+    };
+    let edges_text = [
+        "f",
+        "-32768",
+        "-2147483648",
+        "9223372036854775807",
+        "-0.25",
+        "0.1",
+        "-0.001",
+        "",
+        "abcde",
+        "\\x",
+        "1970-01-01 00:00:00+00",
+        "1999-12-31 23:59:59.5",
+        "1970-01-01",
+        "[]",
+        r#"{"arr": [true, false], "nested": {"k": null}}"#,
+        "00000000-0000-0000-0000-000000000000",
+    ]
+    .map(Some);
+    vec![
+        (full, full_text),
+        (Typed::default(), [None; 16]),
+        (edges, edges_text),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_type_round_trips_in_binary_and_text() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    exec(&client, TYPED_DDL).await;
+
+    let insert = client
+        .prepare(&format!(
+            "INSERT INTO typed ({TYPED_COLUMNS}) VALUES \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+        ))
+        .await
+        .expect("prepare INSERT with 16 parameters");
+    let param_types: Vec<Type> = insert.params().to_vec();
+    assert_eq!(
+        param_types,
+        [
+            Type::BOOL,
+            Type::INT2,
+            Type::INT4,
+            Type::INT8,
+            Type::FLOAT4,
+            Type::FLOAT8,
+            Type::NUMERIC,
+            Type::TEXT,
+            Type::VARCHAR,
+            Type::BYTEA,
+            Type::TIMESTAMPTZ,
+            Type::TIMESTAMP,
+            Type::DATE,
+            Type::JSON,
+            Type::JSONB,
+            Type::UUID,
+        ],
+        "inferred parameter types of the INSERT"
+    );
+    let samples = samples();
+    for (row, _) in &samples {
+        let n = within(
+            STATEMENT_TIMEOUT,
+            "insert typed row",
+            client.execute(&insert, &row.params()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("insert {row:?}: {e:?}"));
+        assert_eq!(n, 1);
+    }
+
+    // SELECT * is offset, ts, then the declared columns, with their types.
+    let select_all = client
+        .prepare("SELECT * FROM typed ORDER BY offset")
+        .await
+        .expect("prepare SELECT *");
+    let columns: Vec<(&str, &Type)> = select_all
+        .columns()
+        .iter()
+        .map(|c| (c.name(), c.type_()))
+        .collect();
+    let expected_columns = [
+        ("offset", &Type::INT8),
+        ("ts", &Type::TIMESTAMPTZ),
+        ("flag", &Type::BOOL),
+        ("i2", &Type::INT2),
+        ("i4", &Type::INT4),
+        ("i8", &Type::INT8),
+        ("f4", &Type::FLOAT4),
+        ("f8", &Type::FLOAT8),
+        ("num", &Type::NUMERIC),
+        ("txt", &Type::TEXT),
+        ("vc", &Type::VARCHAR),
+        ("bin", &Type::BYTEA),
+        ("tstz", &Type::TIMESTAMPTZ),
+        ("tsp", &Type::TIMESTAMP),
+        ("day", &Type::DATE),
+        ("doc", &Type::JSON),
+        ("docb", &Type::JSONB),
+        ("id", &Type::UUID),
+    ];
+    assert_eq!(columns, expected_columns, "columns of SELECT *");
+
+    // Binary results.
+    let rows = client
+        .query(&select_all, &[])
+        .await
+        .expect("SELECT * (binary)");
+    assert_eq!(rows.len(), samples.len());
+    for (i, (row, (expected, _))) in rows.iter().zip(&samples).enumerate() {
+        assert_eq!(row.get::<_, i64>("offset"), i as i64);
+        assert_eq!(
+            &Typed::from_row(row),
+            expected,
+            "binary round trip of row {i}"
+        );
+    }
+
+    // Text results of the same rows.
+    let text = simple_rows(
+        &client,
+        &format!("SELECT {TYPED_COLUMNS} FROM typed ORDER BY offset"),
+    )
+    .await;
+    for (i, (row, (_, expected))) in text.iter().zip(&samples).enumerate() {
+        let expected: Vec<Option<String>> =
+            expected.iter().map(|v| v.map(str::to_string)).collect();
+        assert_eq!(row, &expected, "text rendering of row {i}");
+    }
+
+    // Parameters in predicates are typed from the column they meet.
+    let by_id = client
+        .query(
+            "SELECT offset FROM typed WHERE id = $1 AND tstz = $2",
+            &[&samples[0].0.id, &samples[0].0.tstz],
+        )
+        .await
+        .expect("SELECT with uuid and timestamptz parameters");
+    assert_eq!(
+        by_id.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(),
+        [0]
+    );
+    let by_offset = client
+        .query("SELECT txt FROM typed WHERE offset = $1", &[&2_i64])
+        .await
+        .expect("SELECT with an offset parameter");
+    assert_eq!(by_offset.len(), 1);
+    assert_eq!(
+        by_offset[0].get::<_, Option<String>>(0).as_deref(),
+        Some("")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn returning_gives_gapless_offsets_and_commit_times() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    exec(&client, "CREATE STREAM notes (body text)").await;
+    let insert = client
+        .prepare("INSERT INTO notes VALUES ($1), ($2) RETURNING offset, ts")
+        .await
+        .expect("prepare INSERT ... RETURNING");
+    let started: DateTime<Utc> = SystemTime::now().into();
+    let mut last_ts = DateTime::<Utc>::MIN_UTC;
+    for round in 0..5_i64 {
+        let rows = client
+            .query(&insert, &[&"x", &"y"])
+            .await
+            .expect("INSERT ... RETURNING");
+        let offsets: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        assert_eq!(offsets, [2 * round, 2 * round + 1]);
+        for row in &rows {
+            let ts: DateTime<Utc> = row.get(1);
+            assert!(ts >= last_ts, "ts went backwards: {ts} after {last_ts}");
+            let drift = (ts - started).num_seconds().abs();
+            assert!(
+                drift < 120,
+                "ts {ts} is far from the local clock ({started})"
+            );
+            last_ts = ts;
+        }
+    }
+    let other = client
+        .query_one(
+            "INSERT INTO notes (body) VALUES ('z') RETURNING offset, body",
+            &[],
+        )
+        .await
+        .expect("INSERT ... RETURNING offset, body");
+    assert_eq!(other.get::<_, i64>(0), 10);
+    assert_eq!(other.get::<_, String>(1), "z");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn errors_carry_sqlstates() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    exec(
+        &client,
+        "CREATE STREAM orders (customer text NOT NULL, amount numeric(12,2), code varchar(3))",
+    )
+    .await;
+
+    let simple_cases: [(&str, SqlState); 9] = [
+        ("SELECT * FROM no_such_stream", SqlState::UNDEFINED_TABLE),
+        (
+            "SELECT no_such_column FROM orders",
+            SqlState::UNDEFINED_COLUMN,
+        ),
+        ("SELEC 1", SqlState::SYNTAX_ERROR),
+        (
+            "INSERT INTO orders (customer, amount) VALUES ('a', 'abc')",
+            SqlState::INVALID_TEXT_REPRESENTATION,
+        ),
+        (
+            "INSERT INTO orders (amount) VALUES (1)",
+            SqlState::NOT_NULL_VIOLATION,
+        ),
+        (
+            "INSERT INTO orders (customer, code) VALUES ('a', 'abcd')",
+            SqlState::STRING_DATA_RIGHT_TRUNCATION,
+        ),
+        (
+            "CREATE STREAM orders (x integer)",
+            SqlState::DUPLICATE_TABLE,
+        ),
+        (
+            "UPDATE orders SET amount = 0",
+            SqlState::FEATURE_NOT_SUPPORTED,
+        ),
+        ("DELETE FROM orders", SqlState::FEATURE_NOT_SUPPORTED),
+    ];
+    for (sql, code) in &simple_cases {
+        let err = expect_sqlstate(client.batch_execute(sql).await, code, sql);
+        if *code == SqlState::FEATURE_NOT_SUPPORTED {
+            let message = sluice_tests::error_message(&err);
+            assert!(
+                message.contains("append-only"),
+                "{sql}: message {message:?} should say append-only"
+            );
+        }
+    }
+
+    // The same checks through bound parameters.
+    let insert = "INSERT INTO orders (customer, code) VALUES ($1, $2)";
+    let none: Option<&str> = None;
+    expect_sqlstate(
+        client.execute(insert, &[&none, &"x"]).await,
+        &SqlState::NOT_NULL_VIOLATION,
+        "NULL parameter",
+    );
+    expect_sqlstate(
+        client.execute(insert, &[&"a", &"abcd"]).await,
+        &SqlState::STRING_DATA_RIGHT_TRUNCATION,
+        "long parameter",
+    );
+    expect_sqlstate(
+        client
+            .prepare("SELECT no_such_column FROM orders WHERE customer = $1")
+            .await,
+        &SqlState::UNDEFINED_COLUMN,
+        "prepare",
+    );
+
+    // Nothing above appended a row, and the connection still works.
+    let n = client
+        .execute(insert, &[&"ok", &"abc"])
+        .await
+        .expect("valid insert after errors");
+    assert_eq!(n, 1);
+    assert_eq!(sluice_tests::assert_gapless(&client, "orders").await, 1);
+}
+
+async fn copy_in(client: &Client, sql: &str, data: &str) -> Result<u64, tokio_postgres::Error> {
+    let sink = client.copy_in::<_, Bytes>(sql).await?;
+    futures::pin_mut!(sink);
+    sink.send(Bytes::from(data.to_string())).await?;
+    sink.finish().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn copy_from_stdin_text_and_csv() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    exec(
+        &client,
+        "CREATE STREAM c (customer text NOT NULL, amount numeric(12,2), note text)",
+    )
+    .await;
+
+    let text = "ann\t1.50\t\\N\nbob\t2\tnote with\\ttab\n";
+    let n = within(
+        STATEMENT_TIMEOUT,
+        "COPY text",
+        copy_in(&client, "COPY c FROM STDIN", text),
+    )
+    .await;
+    assert_eq!(n.expect("COPY ... FROM STDIN (text)"), 2);
+
+    let csv = "cid,3.25,\"quoted, with comma\"\ndee,,\"\"\n";
+    let n = within(
+        STATEMENT_TIMEOUT,
+        "COPY csv",
+        copy_in(&client, "COPY c FROM STDIN WITH (FORMAT csv)", csv),
+    )
+    .await;
+    assert_eq!(n.expect("COPY ... FROM STDIN (csv)"), 2);
+
+    let n = within(
+        STATEMENT_TIMEOUT,
+        "COPY cols",
+        copy_in(&client, "COPY c (note, customer) FROM STDIN", "n1\teve\n"),
+    )
+    .await;
+    assert_eq!(n.expect("COPY with a column list"), 1);
+
+    // A bad row fails the whole COPY: nothing of it is appended.
+    let bad = "fay\t1\t\\N\ngus\tnot-a-number\t\\N\n";
+    let result = within(
+        STATEMENT_TIMEOUT,
+        "bad COPY",
+        copy_in(&client, "COPY c FROM STDIN", bad),
+    )
+    .await;
+    expect_sqlstate(
+        result,
+        &SqlState::INVALID_TEXT_REPRESENTATION,
+        "COPY with a bad numeric",
+    );
+
+    let rows = client
+        .query(
+            "SELECT offset, customer, amount, note FROM c ORDER BY offset",
+            &[],
+        )
+        .await
+        .expect("read back copied rows");
+    let got: Vec<(i64, String, Option<Decimal>, Option<String>)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let some = |s: &str| Some(s.to_string());
+    let expected = vec![
+        (0, "ann".to_string(), Some(Decimal::new(150, 2)), None),
+        (
+            1,
+            "bob".to_string(),
+            Some(Decimal::new(2, 0)),
+            some("note with\ttab"),
+        ),
+        (
+            2,
+            "cid".to_string(),
+            Some(Decimal::new(325, 2)),
+            some("quoted, with comma"),
+        ),
+        (3, "dee".to_string(), None, some("")),
+        (4, "eve".to_string(), None, some("n1")),
+    ];
+    assert_eq!(got, expected);
+    let next = client
+        .query_one(
+            "INSERT INTO c VALUES ('hal', 1, NULL) RETURNING offset",
+            &[],
+        )
+        .await
+        .expect("insert after COPY");
+    assert_eq!(next.get::<_, i64>(0), 5);
+}
+
+async fn count(client: &Client, stream: &str) -> i64 {
+    let row = within(
+        STATEMENT_TIMEOUT,
+        "count",
+        client.query_one(format!("SELECT count(*) FROM {stream}").as_str(), &[]),
+    )
+    .await
+    .expect("count(*)");
+    row.get(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transactions_commit_and_roll_back() {
+    let server = Server::start().await;
+    let mut writer = server.client().await;
+    let reader = server.client().await;
+    exec(&writer, "CREATE STREAM t (body text)").await;
+
+    let tx = writer.transaction().await.expect("BEGIN");
+    tx.execute("INSERT INTO t VALUES ($1)", &[&"a"])
+        .await
+        .expect("insert a");
+    tx.execute("INSERT INTO t VALUES ($1), ($2)", &[&"b", &"c"])
+        .await
+        .expect("insert b, c");
+    assert_eq!(
+        count(&reader, "t").await,
+        0,
+        "uncommitted rows are invisible to others"
+    );
+    tx.commit().await.expect("COMMIT");
+    assert_eq!(count(&reader, "t").await, 3);
+
+    let tx = writer.transaction().await.expect("BEGIN");
+    tx.execute("INSERT INTO t VALUES ($1)", &[&"rolled back"])
+        .await
+        .expect("insert");
+    tx.rollback().await.expect("ROLLBACK");
+    assert_eq!(count(&reader, "t").await, 3);
+
+    // Dropping an open transaction rolls it back too.
+    let tx = writer.transaction().await.expect("BEGIN");
+    tx.execute("INSERT INTO t VALUES ($1)", &[&"dropped"])
+        .await
+        .expect("insert");
+    drop(tx);
+
+    let next = writer
+        .query_one("INSERT INTO t VALUES ($1) RETURNING offset", &[&"d"])
+        .await
+        .expect("insert after rollbacks");
+    assert_eq!(
+        next.get::<_, i64>(0),
+        3,
+        "rolled-back rows consume no offsets"
+    );
+    let bodies: Vec<String> = reader
+        .query("SELECT body FROM t ORDER BY offset", &[])
+        .await
+        .expect("read back")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(bodies, ["a", "b", "c", "d"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readme_orders_session() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    exec(
+        &client,
+        "CREATE STREAM orders (customer text NOT NULL, amount numeric(12,2))",
+    )
+    .await;
+
+    let offsets: Vec<i64> = client
+        .query(
+            "INSERT INTO orders VALUES ('ann', 10.50), ('bob', 3) RETURNING offset",
+            &[],
+        )
+        .await
+        .expect("INSERT ... RETURNING offset")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(offsets, [0, 1]);
+
+    let rows = client
+        .query(
+            "SELECT offset, customer, amount FROM orders WHERE offset > 0",
+            &[],
+        )
+        .await
+        .expect("SELECT WHERE offset > 0");
+    let got: Vec<(i64, String, Decimal)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(got, [(1, "bob".to_string(), Decimal::new(300, 2))]);
+
+    let sums = simple_rows(
+        &client,
+        "SELECT customer, sum(amount) FROM orders GROUP BY customer ORDER BY 1",
+    )
+    .await;
+    let some = |s: &str| Some(s.to_string());
+    assert_eq!(
+        sums,
+        [[some("ann"), some("10.50")], [some("bob"), some("3.00")]]
+    );
+
+    let err = expect_sqlstate(
+        client.batch_execute("UPDATE orders SET amount = 0").await,
+        &SqlState::FEATURE_NOT_SUPPORTED,
+        "UPDATE on a stream",
+    );
+    assert!(sluice_tests::error_message(&err).contains("append-only"));
+    assert_eq!(sluice_tests::assert_gapless(&client, "orders").await, 2);
+}

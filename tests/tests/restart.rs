@@ -1,0 +1,147 @@
+//! Streams, rows and offsets survive a restart, whether the server was
+//! stopped with SIGTERM or killed with SIGKILL.
+
+use chrono::{DateTime, Utc};
+use sluice_tests::{exec, text_rows, within, Server, STATEMENT_TIMEOUT};
+use tokio_postgres::Client;
+
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    Graceful,
+    Crash,
+}
+
+async fn stop(server: &mut Server, how: Stop) {
+    match how {
+        Stop::Graceful => {
+            let status = server.stop().await;
+            assert!(
+                status.success(),
+                "sluice exited with {status} after SIGTERM"
+            );
+        }
+        Stop::Crash => server.kill(),
+    }
+}
+
+async fn streams(client: &Client) -> Vec<String> {
+    let mut names: Vec<String> = text_rows(client, "SHOW STREAMS")
+        .await
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Inserts one row and returns its offset and ts.
+async fn append(client: &Client, sql: &str) -> (i64, DateTime<Utc>) {
+    let row = within(STATEMENT_TIMEOUT, sql, client.query_one(sql, &[]))
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    (row.get(0), row.get(1))
+}
+
+async fn max_ts(client: &Client, stream: &str) -> DateTime<Utc> {
+    let sql = format!("SELECT max(ts) FROM {stream}");
+    let row = within(STATEMENT_TIMEOUT, &sql, client.query_one(sql.as_str(), &[]))
+        .await
+        .expect("max(ts)");
+    row.get(0)
+}
+
+async fn survives_restart(how: Stop) {
+    let mut server = Server::start().await;
+    let (accounts, events) = {
+        let client = server.client().await;
+        exec(
+            &client,
+            "CREATE STREAM accounts (name text NOT NULL, balance numeric(12,2))",
+        )
+        .await;
+        exec(
+            &client,
+            "CREATE STREAM events (payload jsonb, at timestamptz)",
+        )
+        .await;
+        exec(&client, "CREATE STREAM scratch (x integer)").await;
+        exec(
+            &client,
+            "INSERT INTO accounts VALUES ('ann', 10.50), ('bob', 3), ('cid', NULL)",
+        )
+        .await;
+        exec(
+            &client,
+            "INSERT INTO events VALUES ('{\"k\": 1}', '2024-01-02 03:04:05+00')",
+        )
+        .await;
+        exec(&client, "INSERT INTO events VALUES ('{\"k\": 2}', NULL)").await;
+        exec(&client, "DROP STREAM scratch").await;
+        (
+            text_rows(&client, "SELECT * FROM accounts ORDER BY offset").await,
+            text_rows(&client, "SELECT * FROM events ORDER BY offset").await,
+        )
+    };
+    assert_eq!(accounts.len(), 3);
+
+    stop(&mut server, how).await;
+    server.restart().await;
+    let client = server.client().await;
+    assert_eq!(
+        streams(&client).await,
+        ["accounts", "events"],
+        "streams after {how:?} restart"
+    );
+    assert_eq!(
+        text_rows(&client, "SELECT * FROM accounts ORDER BY offset").await,
+        accounts,
+        "accounts rows (offset, ts and values) after {how:?} restart"
+    );
+    assert_eq!(
+        text_rows(&client, "SELECT * FROM events ORDER BY offset").await,
+        events
+    );
+
+    let before = max_ts(&client, "accounts").await;
+    let (offset, ts) = append(
+        &client,
+        "INSERT INTO accounts VALUES ('dee', 1) RETURNING offset, ts",
+    )
+    .await;
+    assert_eq!(offset, 3, "accounts continues at the next offset");
+    assert!(
+        ts >= before,
+        "ts went backwards across the restart: {ts} < {before}"
+    );
+    let (offset, _) = append(
+        &client,
+        "INSERT INTO events VALUES (NULL, NULL) RETURNING offset, ts",
+    )
+    .await;
+    assert_eq!(offset, 2, "events continues at the next offset");
+    drop(client);
+
+    // What was written after the restart survives the next one as well.
+    stop(&mut server, how).await;
+    server.restart().await;
+    let client = server.client().await;
+    let names = text_rows(&client, "SELECT name FROM accounts ORDER BY offset").await;
+    assert_eq!(names, [["ann"], ["bob"], ["cid"], ["dee"]]);
+    assert_eq!(sluice_tests::assert_gapless(&client, "events").await, 3);
+    let (offset, _) = append(
+        &client,
+        "INSERT INTO accounts VALUES ('eve', 2) RETURNING offset, ts",
+    )
+    .await;
+    assert_eq!(offset, 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn survives_sigterm_restart() {
+    survives_restart(Stop::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn survives_sigkill_restart() {
+    survives_restart(Stop::Crash).await;
+}
