@@ -1,1 +1,338 @@
-fn main() {}
+//! `sluice-bench`: a load generator that speaks the Postgres protocol, so the
+//! same workload runs against Sluice and against PostgreSQL.
+//!
+//! Modes:
+//! - `sweep`: closed-loop peak throughput of acknowledged single-row INSERTs
+//!   over a list of connection counts (the group-commit curve);
+//! - `latency`: open-loop, fixed-rate INSERTs; each latency is measured from
+//!   the time the request was *scheduled*, so stalls count against every
+//!   request queued behind them (coordinated omission corrected), recorded
+//!   in an HDR histogram and reported to 99.9999 and max.
+//!
+//! Results go to stdout as JSON (one object per run) and a markdown table.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tokio_postgres::{Client, NoTls};
+
+#[derive(Parser)]
+#[command(
+    name = "sluice-bench",
+    about = "Postgres-protocol load generator for Sluice and PostgreSQL"
+)]
+struct Cli {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Target {
+    Sluice,
+    Postgres,
+}
+
+#[derive(clap::Args, Clone)]
+struct Common {
+    /// Connection string, e.g. "host=127.0.0.1 port=5499 user=sluice"
+    #[arg(long)]
+    url: String,
+    /// What the server is (decides the DDL used to set up the table)
+    #[arg(long, value_enum)]
+    target: Target,
+    /// Table / stream name to create and append to
+    #[arg(long, default_value = "bench")]
+    table: String,
+    /// Payload size in bytes
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Label for the result rows
+    #[arg(long, default_value = "")]
+    label: String,
+}
+
+#[derive(Subcommand)]
+enum Mode {
+    /// Closed-loop peak throughput for each connection count
+    Sweep {
+        #[command(flatten)]
+        common: Common,
+        /// Connection counts, comma separated
+        #[arg(long, default_value = "1,2,4,8,16,32,64,128")]
+        connections: String,
+        /// Seconds per point
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+    },
+    /// Open-loop fixed-rate latency
+    Latency {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 8)]
+        connections: usize,
+        /// Requests per second, all connections together
+        #[arg(long, default_value_t = 3000.0)]
+        rate: f64,
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+    },
+}
+
+#[derive(Serialize)]
+struct SweepPoint {
+    label: String,
+    target: Target,
+    size: usize,
+    connections: usize,
+    seconds: f64,
+    acknowledged: u64,
+    rows_per_sec: f64,
+    mib_per_sec: f64,
+}
+
+#[derive(Serialize)]
+struct LatencyRun {
+    label: String,
+    target: Target,
+    size: usize,
+    connections: usize,
+    rate: f64,
+    seconds: f64,
+    acknowledged: u64,
+    errors: u64,
+    percentiles_us: Vec<(String, u64)>,
+    max_us: u64,
+}
+
+async fn connect(url: &str) -> Result<Client, String> {
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .map_err(|e| format!("connect {url}: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+async fn setup(c: &Common) -> Result<(), String> {
+    let client = connect(&c.url).await?;
+    let ddl = match c.target {
+        Target::Sluice => vec![
+            format!("DROP STREAM IF EXISTS {}", c.table),
+            format!("CREATE STREAM {} (payload text NOT NULL)", c.table),
+        ],
+        Target::Postgres => vec![
+            format!("DROP TABLE IF EXISTS {}", c.table),
+            format!("CREATE TABLE {} (id bigserial PRIMARY KEY, ts timestamptz NOT NULL DEFAULT now(), payload text NOT NULL)", c.table),
+        ],
+    };
+    for stmt in ddl {
+        client
+            .batch_execute(&stmt)
+            .await
+            .map_err(|e| format!("{stmt}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn payload(size: usize) -> String {
+    "x".repeat(size)
+}
+
+async fn sweep(
+    common: Common,
+    counts: Vec<usize>,
+    seconds: f64,
+) -> Result<Vec<SweepPoint>, String> {
+    let mut out = Vec::new();
+    for n in counts {
+        setup(&common).await?;
+        let mut clients = Vec::with_capacity(n);
+        for _ in 0..n {
+            clients.push(connect(&common.url).await?);
+        }
+        let acked = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let sql = format!("INSERT INTO {} (payload) VALUES ($1)", common.table);
+        let body = payload(common.size);
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for client in clients {
+            let (acked, stop, sql, body) = (acked.clone(), stop.clone(), sql.clone(), body.clone());
+            tasks.push(tokio::spawn(async move {
+                let stmt = client.prepare(&sql).await.map_err(|e| e.to_string())?;
+                while !stop.load(Ordering::Relaxed) {
+                    client
+                        .execute(&stmt, &[&body])
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    acked.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok::<(), String>(())
+            }));
+        }
+        tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.map_err(|e| e.to_string())??;
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let acknowledged = acked.load(Ordering::Relaxed);
+        let rows_per_sec = acknowledged as f64 / elapsed;
+        eprintln!(
+            "{:>10} {:>4} connections: {:>10.0} rows/s",
+            format!("{:?}", common.target),
+            n,
+            rows_per_sec
+        );
+        out.push(SweepPoint {
+            label: common.label.clone(),
+            target: common.target,
+            size: common.size,
+            connections: n,
+            seconds: elapsed,
+            acknowledged,
+            rows_per_sec,
+            mib_per_sec: rows_per_sec * common.size as f64 / (1024.0 * 1024.0),
+        });
+    }
+    Ok(out)
+}
+
+async fn latency(
+    common: Common,
+    connections: usize,
+    rate: f64,
+    seconds: f64,
+) -> Result<LatencyRun, String> {
+    setup(&common).await?;
+    let total = (rate * seconds) as u64;
+    let interval = Duration::from_secs_f64(connections as f64 / rate);
+    let sql = format!("INSERT INTO {} (payload) VALUES ($1)", common.table);
+    let body = payload(common.size);
+    let start = Instant::now() + Duration::from_millis(200);
+    let mut tasks = Vec::new();
+    for c in 0..connections {
+        let client = connect(&common.url).await?;
+        let (sql, body) = (sql.clone(), body.clone());
+        let per_conn =
+            total / connections as u64 + u64::from((c as u64) < total % connections as u64);
+        // stagger connections evenly inside one interval
+        let offset = interval.mul_f64(c as f64 / connections as f64);
+        tasks.push(tokio::spawn(async move {
+            let stmt = client.prepare(&sql).await.map_err(|e| e.to_string())?;
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
+                .map_err(|e| e.to_string())?;
+            let mut errors = 0u64;
+            for k in 0..per_conn {
+                let scheduled = start + offset + interval.mul_f64(k as f64);
+                tokio::time::sleep_until(scheduled.into()).await;
+                match client.execute(&stmt, &[&body]).await {
+                    Ok(_) => {
+                        let us = scheduled.elapsed().as_micros().max(1) as u64;
+                        hist.saturating_record(us);
+                    }
+                    Err(_) => errors += 1,
+                }
+            }
+            Ok::<_, String>((hist, errors))
+        }));
+    }
+    let mut hist =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(|e| e.to_string())?;
+    let mut errors = 0;
+    for t in tasks {
+        let (h, e) = t.await.map_err(|e| e.to_string())??;
+        hist.add(&h).map_err(|e| e.to_string())?;
+        errors += e;
+    }
+    let qs = [50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999];
+    Ok(LatencyRun {
+        label: common.label.clone(),
+        target: common.target,
+        size: common.size,
+        connections,
+        rate,
+        seconds,
+        acknowledged: hist.len(),
+        errors,
+        percentiles_us: qs
+            .iter()
+            .map(|q| (format!("p{q}"), hist.value_at_quantile(q / 100.0)))
+            .collect(),
+        max_us: hist.max(),
+    })
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    let result = match cli.mode {
+        Mode::Sweep {
+            common,
+            connections,
+            seconds,
+        } => {
+            let counts: Result<Vec<usize>, _> = connections
+                .split(',')
+                .map(|c| c.trim().parse::<usize>())
+                .collect();
+            match counts {
+                Ok(counts) => sweep(common, counts, seconds).await.map(|points| {
+                    println!("| target | label | size | connections | rows/s | MiB/s |");
+                    println!("|---|---|---|---|---|---|");
+                    for p in &points {
+                        println!(
+                            "| {:?} | {} | {} | {} | {:.0} | {:.1} |",
+                            p.target, p.label, p.size, p.connections, p.rows_per_sec, p.mib_per_sec
+                        );
+                    }
+                    serde_json::to_string(&points).unwrap_or_default()
+                }),
+                Err(e) => Err(format!("--connections: {e}")),
+            }
+        }
+        Mode::Latency {
+            common,
+            connections,
+            rate,
+            seconds,
+        } => latency(common, connections, rate, seconds)
+            .await
+            .map(|run| {
+                let cols: Vec<String> = run.percentiles_us.iter().map(|(q, _)| q.clone()).collect();
+                println!(
+                    "| target | label | size | rate | {} | max |",
+                    cols.join(" | ")
+                );
+                println!("|---|---|---|---|{}---|", "---|".repeat(cols.len()));
+                let vals: Vec<String> = run
+                    .percentiles_us
+                    .iter()
+                    .map(|(_, v)| format!("{:.2}ms", *v as f64 / 1000.0))
+                    .collect();
+                println!(
+                    "| {:?} | {} | {} | {}/s | {} | {:.2}ms |",
+                    run.target,
+                    run.label,
+                    run.size,
+                    run.rate,
+                    vals.join(" | "),
+                    run.max_us as f64 / 1000.0
+                );
+                serde_json::to_string(&run).unwrap_or_default()
+            }),
+    };
+    match result {
+        Ok(json) => println!("JSON {json}"),
+        Err(e) => {
+            eprintln!("sluice-bench: {e}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -81,15 +81,20 @@ impl Config {
     pub fn resolve(args: ServeArgs) -> Result<Config, String> {
         let file = match &args.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-                toml::from_str::<FileConfig>(&text).map_err(|e| format!("{}: {e}", path.display()))?
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                toml::from_str::<FileConfig>(&text)
+                    .map_err(|e| format!("{}: {e}", path.display()))?
             }
             None => FileConfig::default(),
         };
-        let listen_text = args.listen.or(file.listen).unwrap_or_else(|| "127.0.0.1:5499".into());
-        let listen: SocketAddr = listen_text
-            .parse()
-            .map_err(|e| format!("--listen {listen_text}: {e} (expected HOST:PORT, e.g. 127.0.0.1:5499)"))?;
+        let listen_text = args
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| "127.0.0.1:5499".into());
+        let listen: SocketAddr = listen_text.parse().map_err(|e| {
+            format!("--listen {listen_text}: {e} (expected HOST:PORT, e.g. 127.0.0.1:5499)")
+        })?;
         let password = args.password.or(file.password);
         if !listen.ip().is_loopback() && password.is_none() {
             return Err(format!(
@@ -97,17 +102,32 @@ impl Config {
             ));
         }
         if args.peers.or(file.peers).is_some() {
-            return Err("multi-node clusters (--peers) are not available yet; run a single node".into());
+            return Err(
+                "multi-node clusters (--peers) are not available yet; run a single node".into(),
+            );
         }
         Ok(Config {
-            data_dir: args.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from("./sluice-data")),
+            data_dir: args
+                .data_dir
+                .or(file.data_dir)
+                .unwrap_or_else(|| PathBuf::from("./sluice-data")),
             listen,
             node_id: args.node_id.or(file.node_id).unwrap_or(1),
             password,
-            max_connections: args.max_connections.or(file.max_connections).unwrap_or(1000),
+            max_connections: args
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or(1000),
             max_row_bytes: args.max_row_bytes.or(file.max_row_bytes).unwrap_or(1 << 20),
-            max_statement_bytes: args.max_statement_bytes.or(file.max_statement_bytes).unwrap_or(64 << 20),
-            segment_bytes: args.segment_bytes.or(file.segment_bytes).unwrap_or(64 << 20).max(4096),
+            max_statement_bytes: args
+                .max_statement_bytes
+                .or(file.max_statement_bytes)
+                .unwrap_or(64 << 20),
+            segment_bytes: args
+                .segment_bytes
+                .or(file.segment_bytes)
+                .unwrap_or(64 << 20)
+                .max(4096),
             fsync_delay: args.test_fsync_delay_ms.map(Duration::from_millis),
         })
     }
@@ -119,9 +139,18 @@ mod tests {
 
     #[test]
     fn non_loopback_requires_a_password() {
-        let args = ServeArgs { listen: Some("0.0.0.0:5499".into()), ..Default::default() };
-        assert!(Config::resolve(args).unwrap_err().contains("without authentication"));
-        let args = ServeArgs { listen: Some("0.0.0.0:5499".into()), password: Some("x".into()), ..Default::default() };
+        let args = ServeArgs {
+            listen: Some("0.0.0.0:5499".into()),
+            ..Default::default()
+        };
+        assert!(Config::resolve(args)
+            .unwrap_err()
+            .contains("without authentication"));
+        let args = ServeArgs {
+            listen: Some("0.0.0.0:5499".into()),
+            password: Some("x".into()),
+            ..Default::default()
+        };
         assert!(Config::resolve(args).is_ok());
     }
 
@@ -131,12 +160,20 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("sluice.toml");
         std::fs::write(&path, "listen = \"127.0.0.1:7000\"\nmax_connections = 5\n").unwrap();
-        let args = ServeArgs { config: Some(path.clone()), max_connections: Some(9), ..Default::default() };
+        let args = ServeArgs {
+            config: Some(path.clone()),
+            max_connections: Some(9),
+            ..Default::default()
+        };
         let c = Config::resolve(args).unwrap();
         assert_eq!(c.listen.port(), 7000);
         assert_eq!(c.max_connections, 9);
         std::fs::write(&path, "bogus = 1\n").unwrap();
-        assert!(Config::resolve(ServeArgs { config: Some(path), ..Default::default() }).is_err());
+        assert!(Config::resolve(ServeArgs {
+            config: Some(path),
+            ..Default::default()
+        })
+        .is_err());
         let _ = std::fs::remove_dir_all(dir);
     }
 }

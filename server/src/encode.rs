@@ -8,8 +8,6 @@
 //! types' `send` functions. Types Sluice has no mapping for are sent as
 //! text, formatted by Arrow.
 
-use std::sync::Arc;
-
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Field};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
@@ -40,11 +38,27 @@ pub fn column_encoding(field: &Field) -> ColumnEncoding {
         Some(ty) => ColumnEncoding {
             ty: Some(ty),
             oid: ty.oid(),
-            typmod: if field.metadata().contains_key(sluice_sql::types::PG_TYPE_KEY) { ty.typmod() } else { -1 },
+            typmod: if field
+                .metadata()
+                .contains_key(sluice_sql::types::PG_TYPE_KEY)
+            {
+                ty.typmod()
+            } else {
+                -1
+            },
             trim_numeric: matches!(ty, ColumnType::Numeric(_))
-                && field.metadata().get(sluice_sql::types::PG_TYPE_KEY).map(|t| t == "numeric").unwrap_or(false),
+                && field
+                    .metadata()
+                    .get(sluice_sql::types::PG_TYPE_KEY)
+                    .map(|t| t == "numeric")
+                    .unwrap_or(false),
         },
-        None => ColumnEncoding { ty: None, oid: oid::TEXT, typmod: -1, trim_numeric: false },
+        None => ColumnEncoding {
+            ty: None,
+            oid: oid::TEXT,
+            typmod: -1,
+            trim_numeric: false,
+        },
     }
 }
 
@@ -53,14 +67,18 @@ pub fn pg_type(oid_value: u32) -> Type {
 }
 
 /// RowDescription fields for a schema with per-column formats.
-pub fn field_infos(schema: &arrow::datatypes::Schema, format: impl Fn(usize) -> FieldFormat) -> Vec<FieldInfo> {
+pub fn field_infos(
+    schema: &arrow::datatypes::Schema,
+    format: impl Fn(usize) -> FieldFormat,
+) -> Vec<FieldInfo> {
     schema
         .fields()
         .iter()
         .enumerate()
         .map(|(i, f)| {
             let enc = column_encoding(f);
-            FieldInfo::new(f.name().clone(), None, None, pg_type(enc.oid), format(i)).with_type_modifier(enc.typmod)
+            FieldInfo::new(f.name().clone(), None, None, pg_type(enc.oid), format(i))
+                .with_type_modifier(enc.typmod)
         })
         .collect()
 }
@@ -89,7 +107,11 @@ pub struct RowEncoder {
 }
 
 impl RowEncoder {
-    pub fn new(fields: &[FieldInfo], schema: &arrow::datatypes::Schema, ctx: OutputContext) -> RowEncoder {
+    pub fn new(
+        fields: &[FieldInfo],
+        schema: &arrow::datatypes::Schema,
+        ctx: OutputContext,
+    ) -> RowEncoder {
         RowEncoder {
             encodings: schema.fields().iter().map(|f| column_encoding(f)).collect(),
             formats: fields.iter().map(|f| f.format()).collect(),
@@ -129,7 +151,14 @@ impl RowEncoder {
                         if binary {
                             encode_binary(col.as_ref(), r, ty, &mut buf)?
                         } else {
-                            encode_text(col.as_ref(), r, ty, self.encodings[c].trim_numeric, &self.ctx, &mut buf)?
+                            encode_text(
+                                col.as_ref(),
+                                r,
+                                ty,
+                                self.encodings[c].trim_numeric,
+                                &self.ctx,
+                                &mut buf,
+                            )?
                         }
                     }
                     (None, Some(f)) => {
@@ -196,9 +225,15 @@ fn binary_value(col: &dyn Array, r: usize) -> Option<&[u8]> {
 /// (unscaled value, scale) of a decimal or integer cell.
 fn decimal_value(col: &dyn Array, r: usize) -> Option<(i128, i8)> {
     match col.data_type() {
-        DataType::Decimal128(_, s) => Some((col.as_primitive::<arrow::datatypes::Decimal128Type>().value(r), *s)),
+        DataType::Decimal128(_, s) => Some((
+            col.as_primitive::<arrow::datatypes::Decimal128Type>()
+                .value(r),
+            *s,
+        )),
         DataType::Decimal256(_, s) => {
-            let v = col.as_primitive::<arrow::datatypes::Decimal256Type>().value(r);
+            let v = col
+                .as_primitive::<arrow::datatypes::Decimal256Type>()
+                .value(r);
             v.to_i128().map(|x| (x, *s))
         }
         _ => int_value(col, r).map(|v| (v, 0)),
@@ -208,10 +243,19 @@ fn decimal_value(col: &dyn Array, r: usize) -> Option<(i128, i8)> {
 fn micros_value(col: &dyn Array, r: usize) -> Option<i64> {
     use arrow::datatypes::*;
     Some(match col.data_type() {
-        DataType::Timestamp(TimeUnit::Second, _) => col.as_primitive::<TimestampSecondType>().value(r) * 1_000_000,
-        DataType::Timestamp(TimeUnit::Millisecond, _) => col.as_primitive::<TimestampMillisecondType>().value(r) * 1_000,
-        DataType::Timestamp(TimeUnit::Microsecond, _) => col.as_primitive::<TimestampMicrosecondType>().value(r),
-        DataType::Timestamp(TimeUnit::Nanosecond, _) => col.as_primitive::<TimestampNanosecondType>().value(r).div_euclid(1_000),
+        DataType::Timestamp(TimeUnit::Second, _) => {
+            col.as_primitive::<TimestampSecondType>().value(r) * 1_000_000
+        }
+        DataType::Timestamp(TimeUnit::Millisecond, _) => {
+            col.as_primitive::<TimestampMillisecondType>().value(r) * 1_000
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            col.as_primitive::<TimestampMicrosecondType>().value(r)
+        }
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => col
+            .as_primitive::<TimestampNanosecondType>()
+            .value(r)
+            .div_euclid(1_000),
         DataType::Date32 => col.as_primitive::<Date32Type>().value(r) as i64 * 86_400_000_000,
         DataType::Date64 => col.as_primitive::<Date64Type>().value(r) * 1_000,
         _ => return None,
@@ -248,23 +292,40 @@ pub fn encode_text(
     use std::fmt::Write;
     let mut s = String::new();
     match ty {
-        ColumnType::Bool => out.put_slice(if bool_value(col, r).ok_or_else(|| mismatch(ty, col))? { b"t" } else { b"f" }),
+        ColumnType::Bool => {
+            out.put_slice(if bool_value(col, r).ok_or_else(|| mismatch(ty, col))? {
+                b"t"
+            } else {
+                b"f"
+            })
+        }
         ColumnType::Int2 | ColumnType::Int4 | ColumnType::Int8 => {
-            write!(s, "{}", int_value(col, r).ok_or_else(|| mismatch(ty, col))?).map_err(|e| e.to_string())?;
+            write!(s, "{}", int_value(col, r).ok_or_else(|| mismatch(ty, col))?)
+                .map_err(|e| e.to_string())?;
             out.put_slice(s.as_bytes());
         }
         ColumnType::Float4 | ColumnType::Float8 => {
             let v = float_value(col, r).ok_or_else(|| mismatch(ty, col))?;
-            let text = if matches!(ty, ColumnType::Float4) { format_float(v as f32 as f64, true) } else { format_float(v, false) };
+            let text = if matches!(ty, ColumnType::Float4) {
+                format_float(v as f32 as f64, true)
+            } else {
+                format_float(v, false)
+            };
             out.put_slice(text.as_bytes());
         }
         ColumnType::Numeric(_) => {
             let (v, scale) = decimal_value(col, r).ok_or_else(|| mismatch(ty, col))?;
             out.put_slice(format_decimal(v, scale, trim_numeric).as_bytes());
         }
-        ColumnType::Text | ColumnType::Varchar(_) | ColumnType::Json | ColumnType::Jsonb | ColumnType::Uuid => {
-            out.put_slice(string_value(col, r).ok_or_else(|| mismatch(ty, col))?.as_bytes())
-        }
+        ColumnType::Text
+        | ColumnType::Varchar(_)
+        | ColumnType::Json
+        | ColumnType::Jsonb
+        | ColumnType::Uuid => out.put_slice(
+            string_value(col, r)
+                .ok_or_else(|| mismatch(ty, col))?
+                .as_bytes(),
+        ),
         ColumnType::Bytea => {
             let b = binary_value(col, r).ok_or_else(|| mismatch(ty, col))?;
             out.put_slice(b"\\x");
@@ -279,12 +340,15 @@ pub fn encode_text(
         }
         ColumnType::Timestamp => {
             let m = micros_value(col, r).ok_or_else(|| mismatch(ty, col))?;
-            let dt = DateTime::from_timestamp_micros(m).ok_or("timestamp out of range")?.naive_utc();
+            let dt = DateTime::from_timestamp_micros(m)
+                .ok_or("timestamp out of range")?
+                .naive_utc();
             out.put_slice(format_naive(dt).as_bytes());
         }
         ColumnType::Date => {
             let d = days_value(col, r).ok_or_else(|| mismatch(ty, col))?;
-            let date = NaiveDate::from_num_days_from_ce_opt(d + 719_163).ok_or("date out of range")?;
+            let date =
+                NaiveDate::from_num_days_from_ce_opt(d + 719_163).ok_or("date out of range")?;
             out.put_slice(date.format("%Y-%m-%d").to_string().as_bytes());
         }
     }
@@ -304,7 +368,11 @@ fn format_naive(dt: chrono::NaiveDateTime) -> String {
 
 fn format_timestamptz(micros: i64, ctx: &OutputContext) -> String {
     let Some(utc) = DateTime::from_timestamp_micros(micros) else {
-        return if micros > 0 { "infinity".into() } else { "-infinity".into() };
+        return if micros > 0 {
+            "infinity".into()
+        } else {
+            "-infinity".into()
+        };
     };
     let (naive, offset_secs) = match &ctx.tz {
         None => (utc.naive_utc(), 0),
@@ -331,12 +399,20 @@ pub fn format_float(v: f64, single: bool) -> String {
         return "NaN".into();
     }
     if v.is_infinite() {
-        return if v > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+        return if v > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
     }
     let abs = v.abs();
     let threshold = if single { 1e6 } else { 1e15 };
     if abs != 0.0 && (abs >= threshold * 10.0 || abs < 1e-4) {
-        let e = if single { format!("{:e}", v as f32) } else { format!("{v:e}") };
+        let e = if single {
+            format!("{:e}", v as f32)
+        } else {
+            format!("{v:e}")
+        };
         // Rust: 1.5e-5 / 1e21 ; PostgreSQL: 1.5e-05 / 1e+21
         if let Some((m, exp)) = e.split_once('e') {
             let (sign, digits) = match exp.strip_prefix('-') {
@@ -364,7 +440,11 @@ pub fn format_decimal(v: i128, scale: i8, trim: bool) -> String {
         let scale = scale as usize;
         let padded = format!("{digits:0>width$}", width = scale + 1);
         let (int, frac) = padded.split_at(padded.len() - scale);
-        let frac = if trim { frac.trim_end_matches('0') } else { frac };
+        let frac = if trim {
+            frac.trim_end_matches('0')
+        } else {
+            frac
+        };
         if frac.is_empty() {
             int.to_string()
         } else {
@@ -377,24 +457,37 @@ pub fn format_decimal(v: i128, scale: i8, trim: bool) -> String {
     s
 }
 
-pub fn encode_binary(col: &dyn Array, r: usize, ty: &ColumnType, out: &mut BytesMut) -> Result<(), String> {
+pub fn encode_binary(
+    col: &dyn Array,
+    r: usize,
+    ty: &ColumnType,
+    out: &mut BytesMut,
+) -> Result<(), String> {
     match ty {
         ColumnType::Bool => out.put_u8(bool_value(col, r).ok_or_else(|| mismatch(ty, col))? as u8),
         ColumnType::Int2 => out.put_i16(int_value(col, r).ok_or_else(|| mismatch(ty, col))? as i16),
         ColumnType::Int4 => out.put_i32(int_value(col, r).ok_or_else(|| mismatch(ty, col))? as i32),
         ColumnType::Int8 => out.put_i64(int_value(col, r).ok_or_else(|| mismatch(ty, col))? as i64),
-        ColumnType::Float4 => out.put_f32(float_value(col, r).ok_or_else(|| mismatch(ty, col))? as f32),
+        ColumnType::Float4 => {
+            out.put_f32(float_value(col, r).ok_or_else(|| mismatch(ty, col))? as f32)
+        }
         ColumnType::Float8 => out.put_f64(float_value(col, r).ok_or_else(|| mismatch(ty, col))?),
         ColumnType::Numeric(_) => {
             let (v, scale) = decimal_value(col, r).ok_or_else(|| mismatch(ty, col))?;
             encode_numeric_binary(v, scale, out);
         }
-        ColumnType::Text | ColumnType::Varchar(_) | ColumnType::Json => {
-            out.put_slice(string_value(col, r).ok_or_else(|| mismatch(ty, col))?.as_bytes())
-        }
+        ColumnType::Text | ColumnType::Varchar(_) | ColumnType::Json => out.put_slice(
+            string_value(col, r)
+                .ok_or_else(|| mismatch(ty, col))?
+                .as_bytes(),
+        ),
         ColumnType::Jsonb => {
             out.put_u8(1);
-            out.put_slice(string_value(col, r).ok_or_else(|| mismatch(ty, col))?.as_bytes())
+            out.put_slice(
+                string_value(col, r)
+                    .ok_or_else(|| mismatch(ty, col))?
+                    .as_bytes(),
+            )
         }
         ColumnType::Uuid => {
             let s = string_value(col, r).ok_or_else(|| mismatch(ty, col))?;
@@ -405,7 +498,9 @@ pub fn encode_binary(col: &dyn Array, r: usize, ty: &ColumnType, out: &mut Bytes
         ColumnType::Timestamptz | ColumnType::Timestamp => {
             out.put_i64(micros_value(col, r).ok_or_else(|| mismatch(ty, col))? - PG_EPOCH_MICROS)
         }
-        ColumnType::Date => out.put_i32(days_value(col, r).ok_or_else(|| mismatch(ty, col))? - PG_EPOCH_DAYS),
+        ColumnType::Date => {
+            out.put_i32(days_value(col, r).ok_or_else(|| mismatch(ty, col))? - PG_EPOCH_DAYS)
+        }
     }
     Ok(())
 }
@@ -414,7 +509,11 @@ pub fn encode_binary(col: &dyn Array, r: usize, ty: &ColumnType, out: &mut Bytes
 pub fn encode_numeric_binary(v: i128, scale: i8, out: &mut BytesMut) {
     let dscale = scale.max(0) as usize;
     let digits = v.unsigned_abs().to_string();
-    let digits = if scale < 0 { format!("{digits}{}", "0".repeat((-scale) as usize)) } else { digits };
+    let digits = if scale < 0 {
+        format!("{digits}{}", "0".repeat((-scale) as usize))
+    } else {
+        digits
+    };
     let padded = format!("{digits:0>width$}", width = dscale + 1);
     let (int, frac) = padded.split_at(padded.len() - dscale);
     let int_pad = (4 - int.len() % 4) % 4;
@@ -425,7 +524,12 @@ pub fn encode_numeric_binary(v: i128, scale: i8, out: &mut BytesMut) {
         .as_bytes()
         .chunks(4)
         .chain(frac.as_bytes().chunks(4))
-        .map(|c| std::str::from_utf8(c).ok().and_then(|s| s.parse().ok()).unwrap_or(0))
+        .map(|c| {
+            std::str::from_utf8(c)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
+        })
         .collect();
     let mut weight = (int.len() / 4) as i16 - 1;
     while groups.first() == Some(&0) {
@@ -440,7 +544,11 @@ pub fn encode_numeric_binary(v: i128, scale: i8, out: &mut BytesMut) {
     }
     out.put_i16(groups.len() as i16);
     out.put_i16(weight);
-    out.put_u16(if v < 0 && !groups.is_empty() { 0x4000 } else { 0 });
+    out.put_u16(if v < 0 && !groups.is_empty() {
+        0x4000
+    } else {
+        0
+    });
     out.put_u16(dscale as u16);
     for g in groups {
         out.put_i16(g);
@@ -462,7 +570,9 @@ pub fn decode_numeric_binary(b: &[u8]) -> Option<String> {
     if b.len() < 8 + 2 * n {
         return None;
     }
-    let groups: Vec<i16> = (0..n).map(|i| i16::from_be_bytes([b[8 + 2 * i], b[9 + 2 * i]])).collect();
+    let groups: Vec<i16> = (0..n)
+        .map(|i| i16::from_be_bytes([b[8 + 2 * i], b[9 + 2 * i]]))
+        .collect();
     let mut int = String::new();
     let mut frac = String::new();
     for (i, g) in groups.iter().enumerate() {
@@ -494,7 +604,11 @@ pub fn decode_numeric_binary(b: &[u8]) -> Option<String> {
         frac.push('0');
     }
     frac.truncate(dscale);
-    let mut s = if frac.is_empty() { int } else { format!("{int}.{frac}") };
+    let mut s = if frac.is_empty() {
+        int
+    } else {
+        format!("{int}.{frac}")
+    };
     if sign == 0x4000 {
         s.insert(0, '-');
     }
@@ -509,17 +623,27 @@ pub fn days_from_pg(v: i32) -> i32 {
     v + PG_EPOCH_DAYS
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn numeric_binary_round_trips() {
-        for (v, s, text) in [(1050i128, 2i8, "10.50"), (-3, 0, "-3"), (123456789, 4, "12345.6789"), (5, 3, "0.005"), (0, 2, "0.00"), (100000000, 0, "100000000")] {
+        for (v, s, text) in [
+            (1050i128, 2i8, "10.50"),
+            (-3, 0, "-3"),
+            (123456789, 4, "12345.6789"),
+            (5, 3, "0.005"),
+            (0, 2, "0.00"),
+            (100000000, 0, "100000000"),
+        ] {
             let mut b = BytesMut::new();
             encode_numeric_binary(v, s, &mut b);
-            assert_eq!(decode_numeric_binary(&b).unwrap(), text, "value {v} scale {s}");
+            assert_eq!(
+                decode_numeric_binary(&b).unwrap(),
+                text,
+                "value {v} scale {s}"
+            );
             assert_eq!(format_decimal(v, s, false), text);
         }
     }
@@ -535,8 +659,14 @@ mod tests {
     #[test]
     fn timestamptz_offsets() {
         let ctx = OutputContext::new("UTC");
-        assert_eq!(format_timestamptz(1_704_164_645_500_000, &ctx), "2024-01-02 03:04:05.5+00");
+        assert_eq!(
+            format_timestamptz(1_704_164_645_500_000, &ctx),
+            "2024-01-02 03:04:05.5+00"
+        );
         let ny = OutputContext::new("America/New_York");
-        assert_eq!(format_timestamptz(1_704_164_645_000_000, &ny), "2024-01-01 22:04:05-05");
+        assert_eq!(
+            format_timestamptz(1_704_164_645_000_000, &ny),
+            "2024-01-01 22:04:05-05"
+        );
     }
 }

@@ -13,9 +13,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::{Sink, SinkExt, StreamExt};
-use pgwire::api::auth::{finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata};
+use pgwire::api::auth::{
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
+};
 use pgwire::api::auth::{ServerParameterProvider, StartupHandler};
-use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::cancel::CancelHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
@@ -23,11 +25,13 @@ use pgwire::api::results::{CopyResponse, FieldFormat, FieldInfo, QueryResponse, 
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
-    ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireConnectionState, PgWireServerHandlers,
+    ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireConnectionState,
     PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type, METADATA_USER,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::extendedquery::{Execute, PortalSuspended};
 use pgwire::messages::response::CommandComplete;
 use pgwire::messages::startup::Authentication;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
@@ -35,8 +39,9 @@ use sluice_sql::error::sqlstate;
 use sluice_sql::session::Description;
 use sluice_sql::statement::{self, Parsed};
 use sluice_sql::{Engine, Output, PendingCopy, Session};
-use tokio::sync::Mutex;
+use tokio::sync::{watch, Mutex};
 
+use crate::copy_out::CopyEncoder;
 use crate::encode::{field_infos, pg_type, OutputContext, RowEncoder};
 use crate::params;
 
@@ -48,10 +53,16 @@ pub struct Backend {
     pub max_connections: usize,
     active: Arc<AtomicUsize>,
     pids: RandomPidSecretKeyGenerator,
+    /// pid -> (secret key, cancel signal of the session).
+    cancels: Arc<std::sync::Mutex<HashMap<i32, (bytes::Bytes, watch::Sender<u64>)>>>,
 }
 
 impl Backend {
-    pub fn new(engine: Arc<Engine>, password: Option<String>, max_connections: usize) -> Arc<Backend> {
+    pub fn new(
+        engine: Arc<Engine>,
+        password: Option<String>,
+        max_connections: usize,
+    ) -> Arc<Backend> {
         Arc::new(Backend {
             engine,
             connections: Arc::new(ConnectionManager::new()),
@@ -59,38 +70,27 @@ impl Backend {
             max_connections,
             active: Arc::new(AtomicUsize::new(0)),
             pids: RandomPidSecretKeyGenerator::default(),
+            cancels: Arc::new(std::sync::Mutex::new(HashMap::new())),
         })
     }
 }
 
-/// The handler set handed to pgwire for each connection.
-#[derive(Clone)]
-pub struct Handlers(pub Arc<Backend>);
+/// The connection's session, in the pgwire session extensions.
+pub struct SessionSlot(pub Arc<Mutex<Session>>);
 
-impl PgWireServerHandlers for Handlers {
-    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
-        self.0.clone()
-    }
-
-    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
-        self.0.clone()
-    }
-
-    fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        self.0.clone()
-    }
-
-    fn copy_handler(&self) -> Arc<impl CopyHandler> {
-        self.0.clone()
-    }
-
-    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
-        Arc::new(DefaultCancelHandler::new(self.0.connections.clone()))
-    }
+/// Unregisters the connection's cancel signal when the connection ends.
+struct CancelRegistration {
+    pid: i32,
+    map: Arc<std::sync::Mutex<HashMap<i32, (bytes::Bytes, watch::Sender<u64>)>>>,
 }
 
-/// The connection's session, in the pgwire session extensions.
-struct SessionSlot(Arc<Mutex<Session>>);
+impl Drop for CancelRegistration {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.map.lock() {
+            m.remove(&self.pid);
+        }
+    }
+}
 
 /// A COPY FROM in progress: the target and the data received so far.
 #[derive(Default)]
@@ -116,7 +116,11 @@ fn error_info(e: sluice_sql::Error) -> ErrorInfo {
 }
 
 fn fatal(code: &str, message: &str) -> PgWireError {
-    PgWireError::UserError(Box::new(ErrorInfo::new("FATAL".into(), code.into(), message.into())))
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "FATAL".into(),
+        code.into(),
+        message.into(),
+    )))
 }
 
 fn session_of<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Mutex<Session>>> {
@@ -124,7 +128,12 @@ fn session_of<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Mutex<Session>>> {
         .session_extensions()
         .get::<SessionSlot>()
         .map(|s| s.0.clone())
-        .ok_or_else(|| fatal(sqlstate::PROTOCOL_VIOLATION, "no session: startup did not complete"))
+        .ok_or_else(|| {
+            fatal(
+                sqlstate::PROTOCOL_VIOLATION,
+                "no session: startup did not complete",
+            )
+        })
 }
 
 struct Parameters {
@@ -172,27 +181,53 @@ impl Backend {
         }
         let (pid, key) = self.pids.generate(client);
         client.set_pid_and_secret_key(pid, key.clone());
+        let (cancel_tx, cancel_rx) = watch::channel(0u64);
+        if let Ok(mut m) = self.cancels.lock() {
+            m.insert(pid, (key.to_bytes(), cancel_tx));
+        }
+        let cancel_registration = CancelRegistration {
+            pid,
+            map: self.cancels.clone(),
+        };
         let (handle, guard) = self.connections.register(pid, key);
         let ext = client.session_extensions();
         ext.insert::<Arc<ConnectionHandle>>(handle);
         ext.insert(guard);
         ext.insert(count);
+        ext.insert(cancel_registration);
         let md = client.metadata();
         let application_name = md.get("application_name").cloned().unwrap_or_default();
-        let user = md.get(METADATA_USER).cloned().unwrap_or_else(|| "sluice".into());
+        let user = md
+            .get(METADATA_USER)
+            .cloned()
+            .unwrap_or_else(|| "sluice".into());
         let mut session = Session::new(self.engine.clone());
+        session.set_backend_pid(pid);
+        session.set_cancel_signal(cancel_rx);
         session.set_setting("application_name", &application_name);
         let timezone = match md.get("TimeZone").or_else(|| md.get("timezone")) {
-            Some(tz) if OutputContext::new(tz).tz.is_some() || tz.eq_ignore_ascii_case("utc") => tz.clone(),
+            Some(tz) if OutputContext::new(tz).tz.is_some() || tz.eq_ignore_ascii_case("utc") => {
+                tz.clone()
+            }
             _ => "UTC".to_string(),
         };
         session.set_setting("timezone", &timezone);
         if let Some(opts) = md.get("options") {
             apply_startup_options(&mut session, opts);
         }
-        client.session_extensions().insert(SessionSlot(Arc::new(Mutex::new(session))));
+        client
+            .session_extensions()
+            .insert(SessionSlot(Arc::new(Mutex::new(session))));
         client.session_extensions().insert(CopySlot::default());
-        finish_authentication(client, &Parameters { application_name, user, timezone }).await
+        finish_authentication(
+            client,
+            &Parameters {
+                application_name,
+                user,
+                timezone,
+            },
+        )
+        .await
     }
 }
 
@@ -200,7 +235,11 @@ impl Backend {
 fn apply_startup_options(session: &mut Session, opts: &str) {
     let mut it = opts.split_whitespace();
     while let Some(tok) = it.next() {
-        let kv = if tok == "-c" { it.next() } else { tok.strip_prefix("-c") };
+        let kv = if tok == "-c" {
+            it.next()
+        } else {
+            tok.strip_prefix("-c")
+        };
         if let Some((k, v)) = kv.and_then(|kv| kv.split_once('=')) {
             session.set_setting(k, v);
         }
@@ -208,8 +247,28 @@ fn apply_startup_options(session: &mut Session, opts: &str) {
 }
 
 #[async_trait]
+impl CancelHandler for Backend {
+    async fn on_cancel_request(&self, req: CancelRequest) {
+        // statements pgwire runs under its own cancel select
+        self.connections.cancel(req.pid, &req.secret_key).await;
+        // tails, FETCH waits and COPY TO streams watch the session's signal
+        if let Ok(m) = self.cancels.lock() {
+            if let Some((key, tx)) = m.get(&req.pid) {
+                if *key == req.secret_key.to_bytes() {
+                    tx.send_modify(|v| *v += 1);
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
 impl StartupHandler for Backend {
-    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
@@ -222,7 +281,9 @@ impl StartupHandler for Backend {
                 if self.password.is_some() {
                     client.set_state(PgWireConnectionState::AuthenticationInProgress);
                     client
-                        .send(PgWireBackendMessage::Authentication(Authentication::CleartextPassword))
+                        .send(PgWireBackendMessage::Authentication(
+                            Authentication::CleartextPassword,
+                        ))
                         .await?;
                     Ok(())
                 } else {
@@ -234,8 +295,15 @@ impl StartupHandler for Backend {
                 match &self.password {
                     Some(expected) if *expected == given => self.complete_startup(client).await,
                     _ => {
-                        let user = client.metadata().get(METADATA_USER).cloned().unwrap_or_default();
-                        Err(fatal("28P01", &format!("password authentication failed for user \"{user}\"")))
+                        let user = client
+                            .metadata()
+                            .get(METADATA_USER)
+                            .cloned()
+                            .unwrap_or_default();
+                        Err(fatal(
+                            "28P01",
+                            &format!("password authentication failed for user \"{user}\""),
+                        ))
                     }
                 }
             }
@@ -245,9 +313,18 @@ impl StartupHandler for Backend {
 }
 
 /// Turn one statement's output into a pgwire response.
-fn to_response<C: ClientInfo>(client: &C, out: Output, format: &Format, ctx: OutputContext) -> Response {
+fn to_response<C: ClientInfo>(
+    client: &C,
+    out: Output,
+    format: &Format,
+    ctx: OutputContext,
+) -> Response {
     match out {
-        Output::Rows { schema, stream, tag } => {
+        Output::Rows {
+            schema,
+            stream,
+            tag,
+        } => {
             let fields = Arc::new(field_infos(&schema, |i| format.format_for(i)));
             Response::Query(query_response(fields, &schema, stream, &tag, ctx))
         }
@@ -258,6 +335,40 @@ fn to_response<C: ClientInfo>(client: &C, out: Output, format: &Format, ctx: Out
                 "COMMIT" | "ROLLBACK" => Response::TransactionEnd(tag),
                 _ => Response::Execution(tag),
             }
+        }
+        Output::CopyOut {
+            schema,
+            format,
+            stream,
+        } => {
+            let mut enc = CopyEncoder::new(&schema, format, ctx);
+            let code = enc.format_code();
+            let head: Vec<PgWireResult<CopyData>> = enc
+                .header(&schema)
+                .map(|h| Ok(CopyData::new(h.freeze())))
+                .into_iter()
+                .collect();
+            let body = stream
+                .map(move |batch| {
+                    let rows: Vec<PgWireResult<CopyData>> = match batch {
+                        Ok(b) => match enc.encode_rows(&b) {
+                            Ok(rows) => rows
+                                .into_iter()
+                                .map(|r| Ok(CopyData::new(r.freeze())))
+                                .collect(),
+                            Err(e) => vec![Err(user_error(sluice_sql::Error::internal(e)))],
+                        },
+                        Err(e) => vec![Err(user_error(sluice_sql::Error::from(e)))],
+                    };
+                    futures::stream::iter(rows)
+                })
+                .flatten();
+            let columns = schema.fields().len();
+            Response::CopyOut(CopyResponse::new(
+                code,
+                columns,
+                futures::stream::iter(head).chain(body),
+            ))
         }
         Output::CopyIn(pending) => {
             let columns = pending.columns();
@@ -300,8 +411,152 @@ fn output_context(session: &Session) -> OutputContext {
     OutputContext::new(session.setting("timezone").unwrap_or("UTC"))
 }
 
+/// Send a COPY TO stream: CopyOutResponse, one CopyData per row, CopyDone
+/// and CommandComplete. An error mid-stream (cancel, dropped stream) is
+/// returned for the caller to report as an ErrorResponse: the COPY simply
+/// ends, as it does in PostgreSQL.
+async fn send_copy_out<C>(client: &mut C, resp: CopyResponse) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    use pgwire::messages::copy::{CopyDone as Done, CopyOutResponse};
+    let formats = resp.column_formats();
+    let CopyResponse {
+        format,
+        columns,
+        mut data_stream,
+        ..
+    } = resp;
+    client
+        .send(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+            format,
+            columns as i16,
+            formats,
+        )))
+        .await?;
+    let mut rows = 0usize;
+    let binary = format == 1;
+    while let Some(chunk) = data_stream.next().await {
+        let chunk = chunk?;
+        let is_marker = binary
+            && (chunk.data.starts_with(crate::copy_out::BINARY_HEADER)
+                || chunk.data.as_ref() == [0xff, 0xff]);
+        if !is_marker && !chunk.data.is_empty() {
+            rows += 1;
+        }
+        client.send(PgWireBackendMessage::CopyData(chunk)).await?;
+    }
+    client
+        .feed(PgWireBackendMessage::CopyDone(Done::new()))
+        .await?;
+    client
+        .send(PgWireBackendMessage::CommandComplete(
+            Tag::new("COPY").with_rows(rows).into(),
+        ))
+        .await?;
+    Ok(())
+}
+
+fn wire_status(s: sluice_sql::TxnStatus) -> pgwire::messages::response::TransactionStatus {
+    use pgwire::messages::response::TransactionStatus as T;
+    match s {
+        sluice_sql::TxnStatus::Idle => T::Idle,
+        sluice_sql::TxnStatus::InBlock => T::Transaction,
+        sluice_sql::TxnStatus::Failed => T::Error,
+    }
+}
+
 #[async_trait]
 impl SimpleQueryHandler for Backend {
+    /// The simple query protocol, driven here rather than by pgwire so that
+    /// results go out as each statement produces them, COPY TO streams end
+    /// with a proper ErrorResponse, a cancel request interrupts execution,
+    /// and the transaction status comes from the session itself.
+    async fn on_query<C>(
+        &self,
+        client: &mut C,
+        query: pgwire::messages::simplequery::Query,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        use pgwire::api::query::{
+            send_execution_response, send_query_response, send_ready_for_query,
+        };
+        use pgwire::messages::response::EmptyQueryResponse;
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let session = session_of(client)?;
+        let mut s = session.lock().await;
+        let mut cancel = s.cancel_signal();
+        let outputs = tokio::select! {
+            o = s.simple_query(&query.query) => o,
+            _ = cancel.wait() => vec![Err(sluice_sql::tail::cancelled_error())],
+        };
+        let ctx = output_context(&s);
+        drop(s);
+        if outputs.is_empty() {
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
+        }
+        let mut copy_in = false;
+        for out in outputs {
+            let result = match out {
+                Err(e) => Err(user_error(e)),
+                Ok(out) => match to_response(client, out, &Format::UnifiedText, ctx.clone()) {
+                    Response::Query(r) => send_query_response(client, r, true).await,
+                    Response::Execution(t)
+                    | Response::TransactionStart(t)
+                    | Response::TransactionEnd(t) => send_execution_response(client, t).await,
+                    Response::CopyOut(r) => send_copy_out(client, r).await,
+                    Response::CopyIn(r) => {
+                        copy_in = true;
+                        pgwire::api::copy::send_copy_in_response(client, r).await
+                    }
+                    Response::EmptyQuery => client
+                        .feed(PgWireBackendMessage::EmptyQueryResponse(
+                            EmptyQueryResponse::new(),
+                        ))
+                        .await
+                        .map_err(Into::into),
+                    Response::Error(e) => Err(PgWireError::UserError(e)),
+                    Response::CopyBoth(_) => {
+                        Err(user_error(sluice_sql::Error::unsupported("COPY BOTH")))
+                    }
+                },
+            };
+            if let Err(e) = result {
+                if matches!(e, PgWireError::IoError(_)) {
+                    return Err(e);
+                }
+                let info: ErrorInfo = e.into();
+                client
+                    .feed(PgWireBackendMessage::ErrorResponse(info.into()))
+                    .await?;
+                copy_in = false;
+                break;
+            }
+        }
+        if copy_in {
+            client.set_state(PgWireConnectionState::CopyInProgress(false));
+            return Ok(());
+        }
+        let status = wire_status(session.lock().await.status());
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        client.set_transaction_status(status);
+        send_ready_for_query(client, status).await
+    }
+
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -342,7 +597,12 @@ pub struct SluiceParser;
 impl QueryParser for SluiceParser {
     type Statement = Arc<Prepared>;
 
-    async fn parse_sql<C>(&self, client: &C, sql: &str, _types: &[Option<Type>]) -> PgWireResult<Option<Self::Statement>>
+    async fn parse_sql<C>(
+        &self,
+        client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<Self::Statement>>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
@@ -360,7 +620,9 @@ impl QueryParser for SluiceParser {
                 "cannot insert multiple commands into a prepared statement",
             )));
         }
-        let Some(parsed) = parsed.pop() else { return Ok(None) };
+        let Some(parsed) = parsed.pop() else {
+            return Ok(None);
+        };
         let desc = s.describe(&parsed).await.map_err(user_error)?;
         Ok(Some(Arc::new(Prepared { parsed, desc })))
     }
@@ -374,9 +636,15 @@ impl QueryParser for SluiceParser {
             .collect())
     }
 
-    fn get_result_schema(&self, stmt: &Self::Statement, format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
+    fn get_result_schema(
+        &self,
+        stmt: &Self::Statement,
+        format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
         Ok(match &stmt.desc.schema {
-            Some(schema) => field_infos(schema, |i| format.map(|f| f.format_for(i)).unwrap_or(FieldFormat::Text)),
+            Some(schema) => field_infos(schema, |i| {
+                format.map(|f| f.format_for(i)).unwrap_or(FieldFormat::Text)
+            }),
             None => vec![],
         })
     }
@@ -391,7 +659,89 @@ impl ExtendedQueryHandler for Backend {
         Arc::new(SluiceParser)
     }
 
-    async fn do_query<C>(&self, client: &mut C, portal: &Portal<Self::Statement>, _max_rows: usize) -> PgWireResult<Response>
+    /// A row-limited Execute on a tailable query behaves like FETCH: the
+    /// rows available now (waiting up to `tail_wait` for one), then
+    /// PortalSuspended. Everything else runs the usual way.
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+        let portal = match client.portal_store().get_portal(name) {
+            Some(pgwire::api::store::Entry::Value(p)) => p,
+            _ => return self._on_execute(client, message).await,
+        };
+        if matches!(portal.statement.statement.parsed, Parsed::CopyTo { .. }) {
+            let values = bind_params(&portal)?;
+            let session = session_of(client)?;
+            let mut s = session.lock().await;
+            let out = s.execute(&portal.statement.statement.parsed, &values).await;
+            let ctx = output_context(&s);
+            drop(s);
+            return match to_response(
+                client,
+                out.map_err(user_error)?,
+                &portal.result_column_format,
+                ctx,
+            ) {
+                Response::CopyOut(r) => send_copy_out(client, r).await,
+                _ => Err(user_error(sluice_sql::Error::internal(
+                    "COPY TO produced no COPY data",
+                ))),
+            };
+        }
+        let max_rows = message.max_rows.max(0) as usize;
+        if max_rows == 0 || !matches!(portal.statement.statement.parsed, Parsed::Query(_)) {
+            return self._on_execute(client, message).await;
+        }
+        let values = bind_params(&portal)?;
+        let key = Arc::as_ptr(&portal.state) as usize;
+        let session = session_of(client)?;
+        let mut s = session.lock().await;
+        let fetched = s
+            .portal_fetch(key, &portal.statement.statement.parsed, &values, max_rows)
+            .await;
+        let ctx = output_context(&s);
+        drop(s);
+        let Some((schema, batches, more)) = fetched.map_err(user_error)? else {
+            return self._on_execute(client, message).await;
+        };
+        let fields: Vec<FieldInfo> =
+            field_infos(&schema, |i| portal.result_column_format.format_for(i));
+        let encoder = RowEncoder::new(&fields, &schema, ctx);
+        let mut n = 0;
+        for b in &batches {
+            for row in encoder
+                .encode_batch(b)
+                .map_err(|e| user_error(sluice_sql::Error::internal(e)))?
+            {
+                client.feed(PgWireBackendMessage::DataRow(row)).await?;
+                n += 1;
+            }
+        }
+        if more {
+            client
+                .send(PgWireBackendMessage::PortalSuspended(PortalSuspended::new()))
+                .await?;
+        } else {
+            client
+                .send(PgWireBackendMessage::CommandComplete(
+                    Tag::new("SELECT").with_rows(n).into(),
+                ))
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Self::Statement>,
@@ -399,20 +749,7 @@ impl ExtendedQueryHandler for Backend {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let prepared = &portal.statement.statement;
-        let declared = &portal.statement.parameter_types;
-        let mut values = Vec::with_capacity(portal.parameters.len());
-        for (i, raw) in portal.parameters.iter().enumerate() {
-            let inferred = prepared.desc.params.get(i).copied().flatten();
-            let oid = declared
-                .get(i)
-                .cloned()
-                .flatten()
-                .map(|t| t.oid())
-                .filter(|o| *o != 0)
-                .or_else(|| inferred.map(|t| t.oid()))
-                .unwrap_or(0);
-            values.push(params::decode(raw.as_ref(), oid, inferred, portal.parameter_format.format_for(i)).map_err(user_error)?);
-        }
+        let values = bind_params(portal)?;
         let session = session_of(client)?;
         let mut s = session.lock().await;
         let out = s.execute(&prepared.parsed, &values).await;
@@ -461,12 +798,18 @@ impl CopyHandler for Backend {
             .get::<CopySlot>()
             .and_then(|slot| slot.0.lock().ok().and_then(|mut g| g.take()));
         let Some((pending, data, overflow)) = pending else {
-            return Err(user_error(sluice_sql::Error::new(sqlstate::PROTOCOL_VIOLATION, "no COPY in progress")));
+            return Err(user_error(sluice_sql::Error::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                "no COPY in progress",
+            )));
         };
         if overflow {
             return Err(user_error(sluice_sql::Error::new(
                 sqlstate::PROGRAM_LIMIT_EXCEEDED,
-                format!("COPY data exceeds the maximum of {} bytes (max_copy_bytes)", self.engine.limits.max_copy_bytes),
+                format!(
+                    "COPY data exceeds the maximum of {} bytes (max_copy_bytes)",
+                    self.engine.limits.max_copy_bytes
+                ),
             )));
         }
         let session = session_of(client)?;
@@ -474,7 +817,9 @@ impl CopyHandler for Backend {
         match result {
             Ok(Output::Tag(t)) => {
                 client
-                    .send(PgWireBackendMessage::CommandComplete(CommandComplete::new(t)))
+                    .send(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                        t,
+                    )))
                     .await?;
                 Ok(())
             }
@@ -499,4 +844,34 @@ impl CopyHandler for Backend {
             format!("COPY from stdin failed: {}", fail.message),
         ))
     }
+}
+
+/// Decode a portal's bound parameters with declared or inferred types.
+fn bind_params(
+    portal: &Portal<Arc<Prepared>>,
+) -> PgWireResult<Vec<datafusion::scalar::ScalarValue>> {
+    let prepared = &portal.statement.statement;
+    let declared = &portal.statement.parameter_types;
+    let mut values = Vec::with_capacity(portal.parameters.len());
+    for (i, raw) in portal.parameters.iter().enumerate() {
+        let inferred = prepared.desc.params.get(i).copied().flatten();
+        let oid = declared
+            .get(i)
+            .cloned()
+            .flatten()
+            .map(|t| t.oid())
+            .filter(|o| *o != 0)
+            .or_else(|| inferred.map(|t| t.oid()))
+            .unwrap_or(0);
+        values.push(
+            params::decode(
+                raw.as_ref(),
+                oid,
+                inferred,
+                portal.parameter_format.format_for(i),
+            )
+            .map_err(user_error)?,
+        );
+    }
+    Ok(values)
 }

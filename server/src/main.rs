@@ -6,6 +6,8 @@
 //! lets open connections finish (bounded), and checkpoints on the way out.
 
 mod config;
+mod connection;
+mod copy_out;
 mod encode;
 mod handler;
 mod params;
@@ -20,10 +22,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ServeArgs};
-use crate::handler::{Backend, Handlers};
+use crate::handler::Backend;
 
 #[derive(Parser)]
-#[command(name = "sluice", version, about = "A replicated log database that speaks the PostgreSQL protocol")]
+#[command(
+    name = "sluice",
+    version,
+    about = "A replicated log database that speaks the PostgreSQL protocol"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -38,7 +44,8 @@ enum Command {
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| "info,datafusion=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+                .unwrap_or_else(|_| "info,datafusion=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -51,7 +58,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sluice: cannot start the runtime: {e}");
@@ -75,7 +85,8 @@ async fn serve(config: Config) -> Result<(), String> {
         max_statement_bytes: config.max_statement_bytes,
         ..Limits::default()
     };
-    let engine = Engine::open(engine_config).map_err(|e| format!("cannot open {}: {e}", config.data_dir.display()))?;
+    let engine = Engine::open(engine_config)
+        .map_err(|e| format!("cannot open {}: {e}", config.data_dir.display()))?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
@@ -84,8 +95,11 @@ async fn serve(config: Config) -> Result<(), String> {
     println!("listening on {addr}");
     let _ = std::io::stdout().flush();
 
-    let backend = Backend::new(engine.clone(), config.password.clone(), config.max_connections);
-    let handlers = Handlers(backend);
+    let backend = Backend::new(
+        engine.clone(),
+        config.password.clone(),
+        config.max_connections,
+    );
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
     tokio::spawn(watch_signals(shutdown.clone()));
@@ -96,9 +110,9 @@ async fn serve(config: Config) -> Result<(), String> {
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
                     let _ = socket.set_nodelay(true);
-                    let handlers = handlers.clone();
+                    let backend = backend.clone();
                     tracker.spawn(async move {
-                        if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                        if let Err(e) = connection::serve(socket, backend).await {
                             tracing::debug!(%peer, "connection ended: {e}");
                         }
                     });
@@ -112,7 +126,10 @@ async fn serve(config: Config) -> Result<(), String> {
     }
     tracing::info!("shutting down");
     tracker.close();
-    if tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(5), tracker.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!("connections still open after 5s; closing them");
     }
     engine.shutdown().await;

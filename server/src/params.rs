@@ -45,7 +45,12 @@ fn bad_binary(ty: &str) -> Error {
 }
 
 /// Decode one parameter.
-pub fn decode(value: Option<&Bytes>, oid_value: u32, inferred: Option<ColumnType>, format: FieldFormat) -> Result<ScalarValue, Error> {
+pub fn decode(
+    value: Option<&Bytes>,
+    oid_value: u32,
+    inferred: Option<ColumnType>,
+    format: FieldFormat,
+) -> Result<ScalarValue, Error> {
     // a declared numeric keeps the inferred column's precision, if any
     let ty = match (column_type_of_oid(oid_value), inferred) {
         (Some(ColumnType::Numeric(None)), Some(t @ ColumnType::Numeric(_))) => Some(t),
@@ -60,8 +65,12 @@ pub fn decode(value: Option<&Bytes>, oid_value: u32, inferred: Option<ColumnType
         });
     };
     if format == FieldFormat::Text {
-        let s = std::str::from_utf8(bytes)
-            .map_err(|_| Error::new(sqlstate::INVALID_TEXT_REPRESENTATION, "invalid byte sequence for encoding \"UTF8\""))?;
+        let s = std::str::from_utf8(bytes).map_err(|_| {
+            Error::new(
+                sqlstate::INVALID_TEXT_REPRESENTATION,
+                "invalid byte sequence for encoding \"UTF8\"",
+            )
+        })?;
         return match ty {
             Some(t) => t.parse_text(s),
             None => Ok(ScalarValue::Utf8(Some(s.to_string()))),
@@ -90,7 +99,9 @@ pub fn decode(value: Option<&Bytes>, oid_value: u32, inferred: Option<ColumnType
         }
         ColumnType::Int8 => {
             let v = fixed(8)?;
-            ScalarValue::Int64(Some(i64::from_be_bytes(v.try_into().map_err(|_| bad_binary("bigint"))?)))
+            ScalarValue::Int64(Some(i64::from_be_bytes(
+                v.try_into().map_err(|_| bad_binary("bigint"))?,
+            )))
         }
         ColumnType::Float4 => {
             let v = fixed(4)?;
@@ -98,7 +109,9 @@ pub fn decode(value: Option<&Bytes>, oid_value: u32, inferred: Option<ColumnType
         }
         ColumnType::Float8 => {
             let v = fixed(8)?;
-            ScalarValue::Float64(Some(f64::from_be_bytes(v.try_into().map_err(|_| bad_binary("double precision"))?)))
+            ScalarValue::Float64(Some(f64::from_be_bytes(
+                v.try_into().map_err(|_| bad_binary("double precision"))?,
+            )))
         }
         ColumnType::Numeric(_) => {
             let text = decode_numeric_binary(b).ok_or_else(|| bad_binary("numeric"))?;
@@ -132,7 +145,9 @@ pub fn decode(value: Option<&Bytes>, oid_value: u32, inferred: Option<ColumnType
         }
         ColumnType::Date => {
             let v = fixed(4)?;
-            ScalarValue::Date32(Some(days_from_pg(i32::from_be_bytes([v[0], v[1], v[2], v[3]]))))
+            ScalarValue::Date32(Some(days_from_pg(i32::from_be_bytes([
+                v[0], v[1], v[2], v[3],
+            ]))))
         }
     })
 }

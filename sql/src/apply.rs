@@ -75,7 +75,8 @@ impl Database {
         default_segment_bytes: u64,
     ) -> Result<Database, Error> {
         let streams_dir = dir.join(STREAMS_DIR);
-        fs::create_dir_all(&streams_dir).map_err(|e| Error::io(format!("{}: {e}", streams_dir.display())))?;
+        fs::create_dir_all(&streams_dir)
+            .map_err(|e| Error::io(format!("{}: {e}", streams_dir.display())))?;
         let cp_path = dir.join(CHECKPOINT_FILE);
         let cp: CheckpointFile = match fs::read(&cp_path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
@@ -87,7 +88,11 @@ impl Database {
         let mut known = Vec::new();
         for s in &cp.streams {
             let sdir = stream_dir(dir, s.def.id);
-            let log = StreamLog::open(&sdir, stream_options(&s.def, default_segment_bytes), &s.position)?;
+            let log = StreamLog::open(
+                &sdir,
+                stream_options(&s.def, default_segment_bytes),
+                &s.position,
+            )?;
             catalog.insert(Arc::new(Stream::new(s.def.clone(), Arc::new(log))));
             known.push(sdir);
         }
@@ -114,9 +119,15 @@ impl Database {
         let mut streams = Vec::new();
         for s in self.catalog.list() {
             let position = s.log.sync().map_err(|e| e.to_string())?;
-            streams.push(CheckpointedStream { def: s.def.clone(), position });
+            streams.push(CheckpointedStream {
+                def: s.def.clone(),
+                position,
+            });
         }
-        let file = CheckpointFile { applied_index: index, streams };
+        let file = CheckpointFile {
+            applied_index: index,
+            streams,
+        };
         let bytes = serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?;
         let tmp = self.dir.join(format!("{CHECKPOINT_FILE}.tmp"));
         let write = || -> std::io::Result<()> {
@@ -164,8 +175,12 @@ impl Database {
                         overlay.insert(&d.name, None);
                     }
                 }
-                Some(op::Kind::Append(a)) => check_target(exists(&overlay, &a.stream), &a.stream, a.stream_id)?,
-                Some(op::Kind::Truncate(t)) => check_target(exists(&overlay, &t.stream), &t.stream, t.stream_id)?,
+                Some(op::Kind::Append(a)) => {
+                    check_target(exists(&overlay, &a.stream), &a.stream, a.stream_id)?
+                }
+                Some(op::Kind::Truncate(t)) => {
+                    check_target(exists(&overlay, &t.stream), &t.stream, t.stream_id)?
+                }
                 None => return Err(Error::internal("empty op in command")),
             }
         }
@@ -185,7 +200,11 @@ impl Database {
                     } else {
                         let mut def: StreamDef = match serde_json::from_str(&c.definition_json) {
                             Ok(d) => d,
-                            Err(e) => return Ok(Err(Error::internal(format!("bad stream definition: {e}")))),
+                            Err(e) => {
+                                return Ok(Err(Error::internal(format!(
+                                    "bad stream definition: {e}"
+                                ))))
+                            }
                         };
                         // unique per op even when one command creates several streams
                         def.id = index * 1024 + i as u64 + 1;
@@ -195,7 +214,8 @@ impl Database {
                             stream_options(&def, self.default_segment_bytes),
                         )
                         .map_err(|e| e.to_string())?;
-                        self.catalog.insert(Arc::new(Stream::new(def, Arc::new(log))));
+                        self.catalog
+                            .insert(Arc::new(Stream::new(def, Arc::new(log))));
                         OpOutcome::Created { existed: false }
                     }
                 }
@@ -215,10 +235,20 @@ impl Database {
                         return Ok(Err(Error::undefined_table(&a.stream)));
                     };
                     let ts = stream.next_ts(cmd.ts_micros);
-                    let base = stream.log.append(&a.ipc, a.rows, ts).map_err(|e| e.to_string())?;
+                    let base = stream
+                        .log
+                        .append(&a.ipc, a.rows, ts)
+                        .map_err(|e| e.to_string())?;
                     stream.record_append(ts);
-                    self.stats.appended_rows.fetch_add(a.rows as u64, Ordering::Relaxed);
-                    OpOutcome::Appended { stream: a.stream, base_offset: base, rows: a.rows, ts_micros: ts }
+                    self.stats
+                        .appended_rows
+                        .fetch_add(a.rows as u64, Ordering::Relaxed);
+                    OpOutcome::Appended {
+                        stream: a.stream,
+                        base_offset: base,
+                        rows: a.rows,
+                        ts_micros: ts,
+                    }
                 }
                 Some(op::Kind::Truncate(t)) => {
                     let Some(stream) = self.catalog.get(&t.stream) else {
@@ -227,9 +257,14 @@ impl Database {
                     // checkpoint the state before this op, so the checkpoint
                     // references the active segment, which is never deleted
                     self.write_checkpoint(index - 1)?;
-                    let first = stream.log.truncate_prefix(t.before).map_err(|e| e.to_string())?;
+                    let first = stream
+                        .log
+                        .truncate_prefix(t.before)
+                        .map_err(|e| e.to_string())?;
                     stream.record_append(stream.next_ts(i64::MIN));
-                    OpOutcome::Truncated { first_offset: first }
+                    OpOutcome::Truncated {
+                        first_offset: first,
+                    }
                 }
                 None => return Ok(Err(Error::internal("empty op in command"))),
             };

@@ -70,7 +70,11 @@ impl StreamDef {
             ColumnType::Int8.field(OFFSET_COLUMN, true),
             ColumnType::Timestamptz.field(TS_COLUMN, true),
         ];
-        fields.extend(self.columns.iter().map(|c| c.ty.field(&c.name, !c.not_null)));
+        fields.extend(
+            self.columns
+                .iter()
+                .map(|c| c.ty.field(&c.name, !c.not_null)),
+        );
         Arc::new(Schema::new(fields))
     }
 
@@ -95,6 +99,8 @@ pub struct Stream {
     last_ts: AtomicI64,
     /// Publishes `next_offset` after every apply, for tails.
     advanced: watch::Sender<u64>,
+    /// Frames read by scans (shows that range predicates prune).
+    pub frames_read: AtomicU64,
 }
 
 impl Stream {
@@ -108,6 +114,7 @@ impl Stream {
             log,
             last_ts: AtomicI64::new(last_ts),
             advanced: watch::channel(next).0,
+            frames_read: AtomicU64::new(0),
         }
     }
 

@@ -100,10 +100,21 @@ impl Command {
 /// What applying one op did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OpOutcome {
-    Created { existed: bool },
-    Dropped { existed: bool },
-    Appended { stream: String, base_offset: u64, rows: u32, ts_micros: i64 },
-    Truncated { first_offset: u64 },
+    Created {
+        existed: bool,
+    },
+    Dropped {
+        existed: bool,
+    },
+    Appended {
+        stream: String,
+        base_offset: u64,
+        rows: u32,
+        ts_micros: i64,
+    },
+    Truncated {
+        first_offset: u64,
+    },
 }
 
 /// The state machine's answer to a command: deterministic failures are

@@ -12,8 +12,16 @@ use crate::statement::CopyFormat;
 pub fn parse_rows(data: &str, format: &CopyFormat) -> Result<Vec<Vec<Option<String>>>> {
     match format {
         CopyFormat::Text { delimiter, null } => parse_text(data, *delimiter, null),
-        CopyFormat::Csv { delimiter, quote, escape, null, header } => parse_csv(data, *delimiter, *quote, *escape, null, *header),
-        CopyFormat::Binary => Err(Error::unsupported("COPY FROM with FORMAT binary is not supported; use text or csv")),
+        CopyFormat::Csv {
+            delimiter,
+            quote,
+            escape,
+            null,
+            header,
+        } => parse_csv(data, *delimiter, *quote, *escape, null, *header),
+        CopyFormat::Binary => Err(Error::unsupported(
+            "COPY FROM with FORMAT binary is not supported; use text or csv",
+        )),
     }
 }
 
@@ -113,7 +121,14 @@ fn at_line(msg: String, line: usize) -> Error {
     Error::new(sqlstate::INVALID_TEXT_REPRESENTATION, msg).with_detail(format!("COPY line {line}"))
 }
 
-fn parse_csv(data: &str, delim: char, quote: char, escape: char, null: &str, header: bool) -> Result<Vec<Vec<Option<String>>>> {
+fn parse_csv(
+    data: &str,
+    delim: char,
+    quote: char,
+    escape: char,
+    null: &str,
+    header: bool,
+) -> Result<Vec<Vec<Option<String>>>> {
     let mut rows = Vec::new();
     let mut chars = data.chars().peekable();
     let mut line = 1usize;
@@ -194,11 +209,20 @@ mod tests {
     use super::*;
 
     fn text() -> CopyFormat {
-        CopyFormat::Text { delimiter: '\t', null: "\\N".into() }
+        CopyFormat::Text {
+            delimiter: '\t',
+            null: "\\N".into(),
+        }
     }
 
     fn csv() -> CopyFormat {
-        CopyFormat::Csv { delimiter: ',', quote: '"', escape: '"', null: String::new(), header: false }
+        CopyFormat::Csv {
+            delimiter: ',',
+            quote: '"',
+            escape: '"',
+            null: String::new(),
+            header: false,
+        }
     }
 
     #[test]
@@ -206,14 +230,28 @@ mod tests {
         let rows = parse_rows("a\\tb\t\\N\t1\nx\\\\y\t\t2\n\\.\n", &text()).unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0], vec![Some("a\tb".into()), None, Some("1".into())]);
-        assert_eq!(rows[1], vec![Some("x\\y".into()), Some("".into()), Some("2".into())]);
+        assert_eq!(
+            rows[1],
+            vec![Some("x\\y".into()), Some("".into()), Some("2".into())]
+        );
     }
 
     #[test]
     fn csv_quotes_and_nulls() {
-        let rows = parse_rows("\"a,b\",,\"\"\n\"he said \"\"hi\"\"\",x,\"multi\nline\"\n", &csv()).unwrap();
+        let rows = parse_rows(
+            "\"a,b\",,\"\"\n\"he said \"\"hi\"\"\",x,\"multi\nline\"\n",
+            &csv(),
+        )
+        .unwrap();
         assert_eq!(rows[0], vec![Some("a,b".into()), None, Some("".into())]);
-        assert_eq!(rows[1], vec![Some("he said \"hi\"".into()), Some("x".into()), Some("multi\nline".into())]);
+        assert_eq!(
+            rows[1],
+            vec![
+                Some("he said \"hi\"".into()),
+                Some("x".into()),
+                Some("multi\nline".into())
+            ]
+        );
         assert!(parse_rows("\"open\n", &csv()).is_err());
     }
 }

@@ -72,6 +72,9 @@ impl EngineConfig {
 
 pub struct Engine {
     pub catalog: Arc<Catalog>,
+    /// LISTEN/NOTIFY routing between sessions.
+    pub hub: Arc<crate::notify::Hub>,
+    sessions: std::sync::atomic::AtomicU64,
     pub limits: Limits,
     node: NodeHandle<CommandResult>,
     apply_stats: Arc<ApplyStats>,
@@ -85,10 +88,18 @@ impl Engine {
             .map_err(|e| Error::io(format!("{}: {e}", config.data_dir.display())))?;
         let catalog = Arc::new(Catalog::new());
         let apply_stats = Arc::new(ApplyStats::default());
-        let db = Database::open(&config.data_dir, catalog.clone(), apply_stats.clone(), config.segment_bytes)?;
-        let node = sluice_consensus::start(config.node, db).map_err(|e| Error::io(e.to_string()))?;
+        let db = Database::open(
+            &config.data_dir,
+            catalog.clone(),
+            apply_stats.clone(),
+            config.segment_bytes,
+        )?;
+        let node =
+            sluice_consensus::start(config.node, db).map_err(|e| Error::io(e.to_string()))?;
         Ok(Arc::new(Engine {
             catalog,
+            hub: Arc::new(crate::notify::Hub::default()),
+            sessions: std::sync::atomic::AtomicU64::new(1),
             limits: config.limits,
             node,
             apply_stats,
@@ -98,7 +109,10 @@ impl Engine {
 
     /// Propose `ops` as one atomic command and wait until it is applied.
     pub async fn propose(&self, ops: Vec<Op>) -> Result<Vec<OpOutcome>> {
-        let cmd = Command { ts_micros: self.next_ts(), ops };
+        let cmd = Command {
+            ts_micros: self.next_ts(),
+            ops,
+        };
         let bytes = cmd.encode_bytes();
         if bytes.len() > self.limits.max_statement_bytes {
             return Err(Error::new(
@@ -122,6 +136,10 @@ impl Engine {
             )),
             Err(ProposeError::Failed(msg)) => Err(Error::io(format!("writes are disabled: {msg}"))),
         }
+    }
+
+    pub fn next_session_id(&self) -> u64 {
+        self.sessions.fetch_add(1, Ordering::Relaxed)
     }
 
     fn next_ts(&self) -> i64 {
@@ -148,6 +166,14 @@ impl Engine {
             ("log_bytes", get(&m.log_bytes)),
             ("checkpoints", get(&m.checkpoints)),
             ("streams", self.catalog.list().len() as i64),
+            (
+                "frames_read",
+                self.catalog
+                    .list()
+                    .iter()
+                    .map(|s| s.frames_read.load(Ordering::Relaxed) as i64)
+                    .sum(),
+            ),
         ]
     }
 
@@ -165,7 +191,9 @@ impl Engine {
             .set_bool("datafusion.execution.parquet.pushdown_filters", false);
         let ctx = SessionContext::new_with_config(config);
         let catalog = MemoryCatalogProvider::new();
-        let schema: Arc<dyn SchemaProvider> = Arc::new(LiveSchema { engine: Arc::downgrade(self) });
+        let schema: Arc<dyn SchemaProvider> = Arc::new(LiveSchema {
+            engine: Arc::downgrade(self),
+        });
         // registering into a fresh in-memory catalog cannot fail
         let _ = catalog.register_schema(SCHEMA_NAME, schema);
         ctx.register_catalog(CATALOG_NAME, Arc::new(catalog));
@@ -191,15 +219,24 @@ const STREAMS_VIEW: &str = "sluice_streams";
 #[async_trait]
 impl SchemaProvider for LiveSchema {
     fn table_names(&self) -> Vec<String> {
-        let Some(engine) = self.engine.upgrade() else { return vec![] };
-        let mut names: Vec<String> = engine.catalog.list().iter().map(|s| s.def.name.clone()).collect();
+        let Some(engine) = self.engine.upgrade() else {
+            return vec![];
+        };
+        let mut names: Vec<String> = engine
+            .catalog
+            .list()
+            .iter()
+            .map(|s| s.def.name.clone())
+            .collect();
         names.push(STATS_VIEW.into());
         names.push(STREAMS_VIEW.into());
         names
     }
 
     async fn table(&self, name: &str) -> DFResult<Option<Arc<dyn TableProvider>>> {
-        let Some(engine) = self.engine.upgrade() else { return Ok(None) };
+        let Some(engine) = self.engine.upgrade() else {
+            return Ok(None);
+        };
         if let Some(stream) = engine.catalog.get(name) {
             return Ok(Some(Arc::new(StreamTable::new(stream))));
         }
@@ -248,12 +285,26 @@ fn streams_table(engine: &Engine) -> DFResult<Arc<dyn TableProvider>> {
     let batch = RecordBatch::try_new(
         schema.clone(),
         vec![
-            Arc::new(StringArray::from_iter_values(streams.iter().map(|s| s.def.name.clone()))),
-            Arc::new(Int64Array::from_iter_values(streams.iter().map(|s| s.log.first_offset() as i64))),
-            Arc::new(Int64Array::from_iter_values(streams.iter().map(|s| s.log.next_offset() as i64))),
-            Arc::new(Int64Array::from_iter_values(streams.iter().map(|s| s.log.size_bytes() as i64))),
-            Arc::new(Int64Array::from_iter_values(streams.iter().map(|s| s.log.segments().len() as i64))),
-            Arc::new(StringArray::from_iter(streams.iter().map(|s| retention(s.def.options.retention_ms)))),
+            Arc::new(StringArray::from_iter_values(
+                streams.iter().map(|s| s.def.name.clone()),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                streams.iter().map(|s| s.log.first_offset() as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                streams.iter().map(|s| s.log.next_offset() as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                streams.iter().map(|s| s.log.size_bytes() as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                streams.iter().map(|s| s.log.segments().len() as i64),
+            )),
+            Arc::new(StringArray::from_iter(
+                streams
+                    .iter()
+                    .map(|s| retention(s.def.options.retention_ms)),
+            )),
         ],
     )?;
     Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))

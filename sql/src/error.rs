@@ -186,11 +186,19 @@ fn classify_message(msg: &str) -> Error {
         sqlstate::INVALID_TEXT_REPRESENTATION
     } else if lower.contains("overflow") || lower.contains("out of range") {
         sqlstate::NUMERIC_VALUE_OUT_OF_RANGE
-    } else if lower.contains("invalid function") || lower.contains("function") && lower.contains("not found") {
+    } else if lower.contains("invalid function")
+        || lower.contains("function") && lower.contains("not found")
+    {
         sqlstate::UNDEFINED_FUNCTION
-    } else if lower.contains("sql error") || lower.contains("parsererror") || lower.contains("expected") {
+    } else if lower.contains("sql error")
+        || lower.contains("parsererror")
+        || lower.contains("expected")
+    {
         sqlstate::SYNTAX_ERROR
-    } else if lower.contains("not supported") || lower.contains("unsupported") || lower.contains("not implemented") {
+    } else if lower.contains("not supported")
+        || lower.contains("unsupported")
+        || lower.contains("not implemented")
+    {
         sqlstate::FEATURE_NOT_SUPPORTED
     } else if lower.contains("cannot be cast")
         || lower.contains("type mismatch")
@@ -203,7 +211,30 @@ fn classify_message(msg: &str) -> Error {
     } else {
         sqlstate::DATA_EXCEPTION
     };
-    Error::new(code, strip_df_prefix(msg))
+    let text = strip_df_prefix(msg);
+    let pg_text = match code {
+        sqlstate::UNDEFINED_COLUMN => {
+            quoted_after(&text, "No field named ").map(|c| format!("column \"{c}\" does not exist"))
+        }
+        sqlstate::UNDEFINED_TABLE => quoted_after(&text, "table '").map(|t| {
+            format!(
+                "relation \"{}\" does not exist",
+                t.rsplit('.').next().unwrap_or(&t)
+            )
+        }),
+        _ => None,
+    };
+    Error::new(code, pg_text.unwrap_or(text))
+}
+
+/// The identifier that follows `marker` in a DataFusion message
+/// (`No field named x.` / `table 'a.b.c' not found`).
+fn quoted_after(text: &str, marker: &str) -> Option<String> {
+    let rest = &text[text.find(marker)? + marker.len()..];
+    let end = rest.find(['\'', ' ', ','])?;
+    let name = rest[..end].trim_end_matches('.').trim_matches('"');
+    let name = name.rsplit('.').next().unwrap_or(name).trim_matches('"');
+    (!name.is_empty()).then(|| name.to_string())
 }
 
 fn strip_df_prefix(msg: &str) -> String {
@@ -235,7 +266,12 @@ mod tests {
         assert_eq!(e.code, sqlstate::UNDEFINED_TABLE);
         let e = classify_message("Schema error: No field named zz. Valid fields are a.");
         assert_eq!(e.code, sqlstate::UNDEFINED_COLUMN);
-        let e = classify_message("Arrow error: Cast error: Cannot cast string 'x' to value of Int32 type");
+        assert_eq!(e.message, "column \"zz\" does not exist");
+        let e = classify_message("Error during planning: table 'sluice.public.nope' not found");
+        assert_eq!(e.message, "relation \"nope\" does not exist");
+        let e = classify_message(
+            "Arrow error: Cast error: Cannot cast string 'x' to value of Int32 type",
+        );
         assert_eq!(e.code, sqlstate::INVALID_TEXT_REPRESENTATION);
         assert_eq!(e.message, "Cannot cast string 'x' to value of Int32 type");
     }

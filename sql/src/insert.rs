@@ -21,27 +21,38 @@ use crate::statement::sqlparser;
 use crate::types::ColumnType;
 
 /// Evaluate a VALUES expression without a planner, or `None` if it needs one.
-pub fn eval_simple(expr: &Expr, target: ColumnType, params: &[ScalarValue]) -> Option<Result<ScalarValue>> {
+pub fn eval_simple(
+    expr: &Expr,
+    target: ColumnType,
+    params: &[ScalarValue],
+) -> Option<Result<ScalarValue>> {
     match expr {
         Expr::Nested(e) => eval_simple(e, target, params),
         Expr::Value(v) => Some(match &v.value {
             Value::Null => Ok(ScalarValue::Null),
             Value::Boolean(b) => Ok(ScalarValue::Boolean(Some(*b))),
             Value::Number(n, _) => number(n, target),
-            Value::SingleQuotedString(s) | Value::EscapedStringLiteral(s) | Value::DollarQuotedString(sqlparser::ast::DollarQuotedString { value: s, .. }) => {
+            Value::SingleQuotedString(s)
+            | Value::EscapedStringLiteral(s)
+            | Value::DollarQuotedString(sqlparser::ast::DollarQuotedString { value: s, .. }) => {
                 target.parse_text(s)
             }
             Value::Placeholder(p) => param(p, params),
             _ => return None,
         }),
-        Expr::UnaryOp { op: UnaryOperator::Minus, expr } => match expr.as_ref() {
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => match expr.as_ref() {
             Expr::Value(v) => match &v.value {
                 Value::Number(n, _) => Some(number(&format!("-{n}"), target)),
                 _ => None,
             },
             _ => None,
         },
-        Expr::Cast { expr, data_type, .. } => {
+        Expr::Cast {
+            expr, data_type, ..
+        } => {
             let ty = ColumnType::parse(&data_type.to_string()).ok()?;
             let inner = eval_simple(expr, ty, params)?;
             Some(inner.and_then(|v| ty.coerce(v)))
@@ -63,12 +74,17 @@ fn number(n: &str, target: ColumnType) -> Result<ScalarValue> {
             sqlstate::DATATYPE_MISMATCH,
             format!("column is of type boolean but expression is of type integer"),
         )),
-        ColumnType::Bytea | ColumnType::Timestamptz | ColumnType::Timestamp | ColumnType::Date | ColumnType::Uuid => {
-            Err(Error::new(
-                sqlstate::DATATYPE_MISMATCH,
-                format!("column is of type {} but expression is of type numeric", target.sql_name()),
-            ))
-        }
+        ColumnType::Bytea
+        | ColumnType::Timestamptz
+        | ColumnType::Timestamp
+        | ColumnType::Date
+        | ColumnType::Uuid => Err(Error::new(
+            sqlstate::DATATYPE_MISMATCH,
+            format!(
+                "column is of type {} but expression is of type numeric",
+                target.sql_name()
+            ),
+        )),
         _ => target.parse_text(n),
     }
 }
@@ -87,7 +103,11 @@ fn param(p: &str, params: &[ScalarValue]) -> Result<ScalarValue> {
 }
 
 /// The declared type of each `$n` in VALUES rows, from the target columns.
-pub fn infer_param_types(rows: &[&Vec<Expr>], targets: &[ColumnType], out: &mut Vec<Option<ColumnType>>) {
+pub fn infer_param_types(
+    rows: &[&Vec<Expr>],
+    targets: &[ColumnType],
+    out: &mut Vec<Option<ColumnType>>,
+) {
     fn visit(e: &Expr, ty: ColumnType, out: &mut Vec<Option<ColumnType>>) {
         match e {
             Expr::Value(v) => {
@@ -105,7 +125,9 @@ pub fn infer_param_types(rows: &[&Vec<Expr>], targets: &[ColumnType], out: &mut 
                 }
             }
             Expr::Nested(inner) => visit(inner, ty, out),
-            Expr::Cast { expr, data_type, .. } => {
+            Expr::Cast {
+                expr, data_type, ..
+            } => {
                 let t = ColumnType::parse(&data_type.to_string()).unwrap_or(ty);
                 visit(expr, t, out)
             }
@@ -121,7 +143,12 @@ pub fn infer_param_types(rows: &[&Vec<Expr>], targets: &[ColumnType], out: &mut 
 
 /// Build a batch of the stream's user columns from rows of values, one
 /// value per target column; columns not targeted are NULL.
-pub fn build_batch(stream: &Stream, targets: &[usize], rows: Vec<Vec<ScalarValue>>, max_row_bytes: usize) -> Result<RecordBatch> {
+pub fn build_batch(
+    stream: &Stream,
+    targets: &[usize],
+    rows: Vec<Vec<ScalarValue>>,
+    max_row_bytes: usize,
+) -> Result<RecordBatch> {
     let schema = stream.user_schema.clone();
     let n = rows.len();
     let mut per_col: Vec<Option<Vec<ScalarValue>>> = vec![None; schema.fields().len()];
@@ -186,7 +213,11 @@ pub fn check_not_null(stream: &Stream, columns: &[ArrayRef]) -> Result<()> {
 
 /// Turn a batch produced by DataFusion (full schema, system columns null)
 /// into a validated batch of user columns.
-pub fn from_planned(stream: &Stream, batch: &RecordBatch, max_row_bytes: usize) -> Result<RecordBatch> {
+pub fn from_planned(
+    stream: &Stream,
+    batch: &RecordBatch,
+    max_row_bytes: usize,
+) -> Result<RecordBatch> {
     let mut arrays = Vec::with_capacity(stream.def.columns.len());
     for (i, c) in stream.def.columns.iter().enumerate() {
         let col = batch.column(i + 2);
@@ -223,7 +254,10 @@ pub fn encode_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
 
 /// Concatenate batches of the same schema.
 pub fn concat(stream: &Stream, batches: &[RecordBatch]) -> Result<RecordBatch> {
-    Ok(arrow::compute::concat_batches(&stream.user_schema, batches)?)
+    Ok(arrow::compute::concat_batches(
+        &stream.user_schema,
+        batches,
+    )?)
 }
 
 pub fn user_schema_arc(stream: &Arc<Stream>) -> arrow::datatypes::SchemaRef {

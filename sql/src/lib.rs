@@ -15,9 +15,11 @@ pub mod copy;
 pub mod engine;
 pub mod error;
 pub mod insert;
+pub mod notify;
 pub mod provider;
 pub mod session;
 pub mod statement;
+pub mod tail;
 pub mod types;
 
 pub use engine::{Engine, EngineConfig, Limits};

@@ -57,7 +57,12 @@ pub struct ScanBounds {
 
 impl Default for ScanBounds {
     fn default() -> Self {
-        ScanBounds { from: 0, to: u64::MAX, ts_min: i64::MIN, ts_max: i64::MAX }
+        ScanBounds {
+            from: 0,
+            to: u64::MAX,
+            ts_min: i64::MIN,
+            ts_max: i64::MAX,
+        }
     }
 }
 
@@ -72,7 +77,11 @@ impl ScanBounds {
 
     fn narrow(&mut self, e: &Expr) {
         match e {
-            Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::And,
+                right,
+            }) => {
                 self.narrow(left);
                 self.narrow(right);
             }
@@ -91,8 +100,16 @@ impl ScanBounds {
             }
             Expr::Between(bt) if !bt.negated => {
                 if let Expr::Column(c) = bt.expr.as_ref() {
-                    let lo = Expr::BinaryExpr(BinaryExpr::new(bt.expr.clone(), Operator::GtEq, bt.low.clone()));
-                    let hi = Expr::BinaryExpr(BinaryExpr::new(bt.expr.clone(), Operator::LtEq, bt.high.clone()));
+                    let lo = Expr::BinaryExpr(BinaryExpr::new(
+                        bt.expr.clone(),
+                        Operator::GtEq,
+                        bt.low.clone(),
+                    ));
+                    let hi = Expr::BinaryExpr(BinaryExpr::new(
+                        bt.expr.clone(),
+                        Operator::LtEq,
+                        bt.high.clone(),
+                    ));
                     if c.name == OFFSET_COLUMN || c.name == TS_COLUMN {
                         self.narrow(&lo);
                         self.narrow(&hi);
@@ -184,7 +201,9 @@ fn is_bound_filter(e: &Expr) -> bool {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => column_cmp(left, *op, right)
             .map(|(c, _, _)| c == OFFSET_COLUMN || c == TS_COLUMN)
             .unwrap_or(false),
-        Expr::Between(bt) => matches!(bt.expr.as_ref(), Expr::Column(c) if c.name == OFFSET_COLUMN || c.name == TS_COLUMN),
+        Expr::Between(bt) => {
+            matches!(bt.expr.as_ref(), Expr::Column(c) if c.name == OFFSET_COLUMN || c.name == TS_COLUMN)
+        }
         _ => false,
     }
 }
@@ -199,7 +218,10 @@ impl TableProvider for StreamTable {
         TableType::Base
     }
 
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DFResult<Vec<TableProviderFilterPushDown>> {
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DFResult<Vec<TableProviderFilterPushDown>> {
         Ok(filters
             .iter()
             .map(|f| {
@@ -243,10 +265,9 @@ impl TableProvider for StreamTable {
         insert_op: InsertOp,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         if insert_op != InsertOp::Append {
-            return Err(DataFusionError::External(Box::new(Error::unsupported(format!(
-                "stream \"{}\" is append-only",
-                self.stream.name()
-            )))));
+            return Err(DataFusionError::External(Box::new(Error::unsupported(
+                format!("stream \"{}\" is append-only", self.stream.name()),
+            ))));
         }
         let sink = CollectingSink {
             stream: self.stream.clone(),
@@ -274,7 +295,12 @@ impl PartitionStream for SegmentScan {
         let from = self.bounds.from.max(stream.log.first_offset());
         let to = self.bounds.to.min(self.end);
         let metas: Vec<BatchMeta> = if from < to {
-            stream.log.batches(from, to).into_iter().filter(|m| self.bounds.wants_frame(m)).collect()
+            stream
+                .log
+                .batches(from, to)
+                .into_iter()
+                .filter(|m| self.bounds.wants_frame(m))
+                .collect()
         } else {
             vec![]
         };
@@ -287,8 +313,16 @@ impl PartitionStream for SegmentScan {
 }
 
 /// One frame as a batch of the full schema, sliced to [from, to).
-pub fn read_frame(stream: &Stream, m: &BatchMeta, from: u64, to: u64) -> Result<RecordBatch, Error> {
+pub fn read_frame(
+    stream: &Stream,
+    m: &BatchMeta,
+    from: u64,
+    to: u64,
+) -> Result<RecordBatch, Error> {
     let user = stream.log.read(m)?;
+    stream
+        .frames_read
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let batch = with_system_columns(stream, &user, m.base_offset, m.ts_micros)?;
     let start = from.saturating_sub(m.base_offset).min(m.rows as u64) as usize;
     let end = to.saturating_sub(m.base_offset).min(m.rows as u64) as usize;
@@ -300,9 +334,16 @@ pub fn read_frame(stream: &Stream, m: &BatchMeta, from: u64, to: u64) -> Result<
 }
 
 /// Prepend `offset` (base..base+n) and `ts` columns to a batch of user columns.
-pub fn with_system_columns(stream: &Stream, user: &RecordBatch, base: u64, ts: i64) -> Result<RecordBatch, Error> {
+pub fn with_system_columns(
+    stream: &Stream,
+    user: &RecordBatch,
+    base: u64,
+    ts: i64,
+) -> Result<RecordBatch, Error> {
     let n = user.num_rows();
-    let offsets: ArrayRef = Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| base as i64 + i)));
+    let offsets: ArrayRef = Arc::new(Int64Array::from_iter_values(
+        (0..n as i64).map(|i| base as i64 + i),
+    ));
     let tss: ArrayRef = Arc::new(TimestampMicrosecondArray::from_value(ts, n).with_timezone("UTC"));
     let mut cols = vec![offsets, tss];
     cols.extend(user.columns().iter().cloned());
@@ -341,7 +382,11 @@ impl DataSink for CollectingSink {
         &self.schema
     }
 
-    async fn write_all(&self, mut data: SendableRecordBatchStream, context: &Arc<TaskContext>) -> DFResult<u64> {
+    async fn write_all(
+        &self,
+        mut data: SendableRecordBatchStream,
+        context: &Arc<TaskContext>,
+    ) -> DFResult<u64> {
         let collector = context
             .session_config()
             .get_extension::<InsertCollector>()

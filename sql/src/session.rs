@@ -9,8 +9,10 @@
 //! inside a block (see docs/architecture.md). Reads are snapshots taken when
 //! the statement is planned.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::array::{RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -28,19 +30,34 @@ use crate::copy;
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
 use crate::insert;
+use crate::notify::{self, Notification};
 use crate::provider::{with_system_columns, InsertCollector};
 use crate::statement::{self, sqlparser, CopyFormat, Parsed};
+use crate::tail::{self, CancelWatch, Tail};
 use crate::types::ColumnType;
+use futures::StreamExt;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 /// What a statement produced, for the wire layer to send.
 pub enum Output {
     /// Rows; `tag` is the command tag without the row count ("SELECT",
     /// "INSERT 0").
-    Rows { schema: SchemaRef, stream: SendableRecordBatchStream, tag: String },
+    Rows {
+        schema: SchemaRef,
+        stream: SendableRecordBatchStream,
+        tag: String,
+    },
     /// A complete command tag ("CREATE STREAM", "INSERT 0 2").
     Tag(String),
     /// The client must now send COPY data; finish with [`Session::finish_copy`].
     CopyIn(PendingCopy),
+    /// Rows to send as COPY data (a tail never ends by itself).
+    CopyOut {
+        schema: SchemaRef,
+        format: CopyFormat,
+        stream: SendableRecordBatchStream,
+    },
 }
 
 impl std::fmt::Debug for Output {
@@ -49,6 +66,7 @@ impl std::fmt::Debug for Output {
             Output::Rows { tag, .. } => write!(f, "Rows({tag})"),
             Output::Tag(t) => write!(f, "Tag({t})"),
             Output::CopyIn(c) => write!(f, "CopyIn({})", c.stream.name()),
+            Output::CopyOut { .. } => write!(f, "CopyOut"),
         }
     }
 }
@@ -94,7 +112,61 @@ pub struct Session {
     ctx: SessionContext,
     txn: Txn,
     settings: BTreeMap<String, String>,
+    id: u64,
+    notify: Arc<NotifyState>,
+    notify_tx: mpsc::Sender<Notification>,
+    notify_rx: Option<mpsc::Receiver<Notification>>,
+    /// Channels listened to; streams have a follower task.
+    listeners: HashMap<String, Option<JoinHandle<()>>>,
+    cursors: HashMap<String, CursorEntry>,
+    /// Tails behind row-limited portals of the extended protocol.
+    portal_tails: HashMap<usize, Tail>,
+    cancel: watch::Receiver<u64>,
+    _cancel_tx: watch::Sender<u64>,
 }
+
+/// What `pg_notify` (a DataFusion function) needs from its session.
+#[derive(Debug)]
+struct NotifyState {
+    hub: Arc<notify::Hub>,
+    pid: AtomicI32,
+    in_block: AtomicBool,
+    pending: parking_lot::Mutex<Vec<Notification>>,
+}
+
+impl NotifyState {
+    fn send(&self, channel: String, payload: String) {
+        let n = Notification {
+            pid: self.pid.load(Ordering::Relaxed),
+            channel,
+            payload,
+        };
+        if self.in_block.load(Ordering::Acquire) {
+            self.pending.lock().push(n);
+        } else {
+            self.hub.publish(&n);
+        }
+    }
+}
+
+enum Cursor {
+    Tail(Box<Tail>),
+    /// The stream sits in a mutex only to make the session `Sync`; it is
+    /// reached through `get_mut`, never locked.
+    Snapshot {
+        schema: SchemaRef,
+        stream: parking_lot::Mutex<SendableRecordBatchStream>,
+        buffered: VecDeque<RecordBatch>,
+    },
+}
+
+struct CursorEntry {
+    cursor: Cursor,
+    hold: bool,
+}
+
+/// Most row-limited tail portals one session keeps open.
+const MAX_PORTAL_TAILS: usize = 64;
 
 /// Settings every session starts with (SHOW answers these).
 fn default_settings() -> BTreeMap<String, String> {
@@ -129,7 +201,72 @@ fn default_settings() -> BTreeMap<String, String> {
 impl Session {
     pub fn new(engine: Arc<Engine>) -> Session {
         let ctx = engine.new_context();
-        Session { engine, ctx, txn: Txn::Idle, settings: default_settings() }
+        let notify = Arc::new(NotifyState {
+            hub: engine.hub.clone(),
+            pid: AtomicI32::new(0),
+            in_block: AtomicBool::new(false),
+            pending: parking_lot::Mutex::new(Vec::new()),
+        });
+        ctx.register_udf(pg_notify_udf(notify.clone()));
+        let (notify_tx, notify_rx) = mpsc::channel(notify::QUEUE_CAPACITY);
+        let (cancel_tx, cancel) = watch::channel(0);
+        Session {
+            id: engine.next_session_id(),
+            engine,
+            ctx,
+            txn: Txn::Idle,
+            settings: default_settings(),
+            notify,
+            notify_tx,
+            notify_rx: Some(notify_rx),
+            listeners: HashMap::new(),
+            cursors: HashMap::new(),
+            portal_tails: HashMap::new(),
+            cancel,
+            _cancel_tx: cancel_tx,
+        }
+    }
+
+    /// The backend pid clients see in notifications from this session.
+    pub fn set_backend_pid(&mut self, pid: i32) {
+        self.notify.pid.store(pid, Ordering::Relaxed);
+    }
+
+    /// The queue of notifications for this session's client (taken once).
+    pub fn take_notifications(&mut self) -> Option<mpsc::Receiver<Notification>> {
+        self.notify_rx.take()
+    }
+
+    /// Where cancel requests for this session arrive: any change of the
+    /// value cancels the running statement.
+    pub fn set_cancel_signal(&mut self, rx: watch::Receiver<u64>) {
+        self.cancel = rx;
+    }
+
+    /// A watch that fires if the client cancels from now on.
+    pub fn cancel_signal(&self) -> CancelWatch {
+        self.cancel_watch()
+    }
+
+    fn cancel_watch(&self) -> CancelWatch {
+        CancelWatch::new(self.cancel.clone())
+    }
+
+    fn tail_wait(&self) -> Duration {
+        let text = self.setting("tail_wait").unwrap_or("10s");
+        Duration::from_millis(statement::parse_duration_ms(text).unwrap_or(10_000))
+    }
+
+    fn end_block(&mut self, committed: bool) {
+        self.notify.in_block.store(false, Ordering::Release);
+        let pending = std::mem::take(&mut *self.notify.pending.lock());
+        if committed {
+            for n in &pending {
+                self.engine.hub.publish(n);
+            }
+        }
+        self.cursors.retain(|_, c| c.hold);
+        self.portal_tails.clear();
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -156,7 +293,10 @@ impl Session {
     /// first error (whose result is the last element).
     pub async fn simple_query(&mut self, sql: &str) -> Vec<Result<Output>> {
         if sql.len() > self.engine.limits.max_statement_bytes {
-            return vec![Err(self.fail(statement_too_long(sql.len(), self.engine.limits.max_statement_bytes)))];
+            return vec![Err(self.fail(statement_too_long(
+                sql.len(),
+                self.engine.limits.max_statement_bytes,
+            )))];
         }
         let parsed = match statement::parse(sql) {
             Ok(p) => p,
@@ -199,7 +339,8 @@ impl Session {
             Parsed::Query(stmt) => self.query(stmt, params).await,
             Parsed::Insert(ins) => self.insert(ins, params).await,
             Parsed::CreateStream { def, if_not_exists } => {
-                let definition_json = serde_json::to_string(def).map_err(|e| Error::internal(e.to_string()))?;
+                let definition_json =
+                    serde_json::to_string(def).map_err(|e| Error::internal(e.to_string()))?;
                 let op = Op {
                     kind: Some(op::Kind::CreateStream(CreateStream {
                         name: def.name.clone(),
@@ -213,7 +354,12 @@ impl Session {
             Parsed::DropStream { names, if_exists } => {
                 let ops = names
                     .iter()
-                    .map(|n| Op { kind: Some(op::Kind::DropStream(DropStream { name: n.clone(), if_exists: *if_exists })) })
+                    .map(|n| Op {
+                        kind: Some(op::Kind::DropStream(DropStream {
+                            name: n.clone(),
+                            if_exists: *if_exists,
+                        })),
+                    })
                     .collect();
                 self.engine.propose(ops).await?;
                 Ok(Output::Tag("DROP STREAM".into()))
@@ -221,24 +367,110 @@ impl Session {
             Parsed::Delete(d) => self.delete(d).await,
             Parsed::Begin => {
                 match self.txn {
-                    Txn::Idle => self.txn = Txn::Block { ops: vec![], bytes: 0 },
+                    Txn::Idle => {
+                        self.txn = Txn::Block {
+                            ops: vec![],
+                            bytes: 0,
+                        };
+                        self.notify.in_block.store(true, Ordering::Release);
+                    }
                     _ => tracing::debug!("BEGIN inside a transaction block ignored"),
                 }
                 Ok(Output::Tag("BEGIN".into()))
             }
             Parsed::Commit => match std::mem::replace(&mut self.txn, Txn::Idle) {
                 Txn::Block { ops, .. } => {
-                    if !ops.is_empty() {
-                        self.engine.propose(ops).await?;
-                    }
-                    Ok(Output::Tag("COMMIT".into()))
+                    let result = if ops.is_empty() {
+                        Ok(vec![])
+                    } else {
+                        self.engine.propose(ops).await
+                    };
+                    self.end_block(result.is_ok());
+                    result.map(|_| Output::Tag("COMMIT".into()))
                 }
-                Txn::Failed => Ok(Output::Tag("ROLLBACK".into())),
+                Txn::Failed => {
+                    self.end_block(false);
+                    Ok(Output::Tag("ROLLBACK".into()))
+                }
                 Txn::Idle => Ok(Output::Tag("COMMIT".into())),
             },
             Parsed::Rollback => {
                 self.txn = Txn::Idle;
+                self.end_block(false);
                 Ok(Output::Tag("ROLLBACK".into()))
+            }
+            Parsed::CopyTo { query, format } => self.copy_to(query, format.clone(), params).await,
+            Parsed::Declare { name, query, hold } => {
+                if !hold && matches!(self.txn, Txn::Idle) {
+                    return Err(Error::new(
+                        sqlstate::NO_ACTIVE_SQL_TRANSACTION,
+                        "DECLARE CURSOR can only be used in transaction blocks",
+                    ));
+                }
+                if self.cursors.contains_key(name) {
+                    return Err(Error::new(
+                        "42P03",
+                        format!("cursor \"{name}\" already exists"),
+                    ));
+                }
+                let cursor = self.open_cursor(query, params).await?;
+                self.cursors.insert(
+                    name.clone(),
+                    CursorEntry {
+                        cursor,
+                        hold: *hold,
+                    },
+                );
+                Ok(Output::Tag("DECLARE CURSOR".into()))
+            }
+            Parsed::Fetch { name, count } => self.fetch(name, *count).await,
+            Parsed::Close(name) => match name {
+                None => {
+                    self.cursors.clear();
+                    Ok(Output::Tag("CLOSE CURSOR ALL".into()))
+                }
+                Some(n) => match self.cursors.remove(n) {
+                    Some(_) => Ok(Output::Tag("CLOSE CURSOR".into())),
+                    None => Err(no_cursor(n)),
+                },
+            },
+            Parsed::Listen(channel) => {
+                if !self.listeners.contains_key(channel) {
+                    self.engine
+                        .hub
+                        .subscribe(channel, self.id, self.notify_tx.clone());
+                    let follower = self.engine.catalog.get(channel).map(|stream| {
+                        notify::follow_stream(
+                            self.engine.catalog.clone(),
+                            stream,
+                            self.notify_tx.clone(),
+                        )
+                    });
+                    self.listeners.insert(channel.clone(), follower);
+                }
+                Ok(Output::Tag("LISTEN".into()))
+            }
+            Parsed::Unlisten(channel) => {
+                match channel {
+                    Some(c) => {
+                        self.engine.hub.unsubscribe(c, self.id);
+                        if let Some(Some(task)) = self.listeners.remove(c) {
+                            task.abort();
+                        }
+                    }
+                    None => self.unlisten_all(),
+                }
+                Ok(Output::Tag("UNLISTEN".into()))
+            }
+            Parsed::Notify { channel, payload } => {
+                if payload.len() >= notify::MAX_PAYLOAD {
+                    return Err(Error::new(
+                        sqlstate::INVALID_PARAMETER_VALUE,
+                        "payload string too long",
+                    ));
+                }
+                self.notify.send(channel.clone(), payload.clone());
+                Ok(Output::Tag("NOTIFY".into()))
             }
             Parsed::Set { name, value } => {
                 self.set(name, value)?;
@@ -251,10 +483,16 @@ impl Session {
                 )?;
                 match &stmt[0] {
                     Parsed::Query(q) => self.query(q, &[]).await.map(|o| match o {
-                        Output::Rows { schema, stream, .. } => Output::Rows { schema, stream, tag: "SHOW".into() },
+                        Output::Rows { schema, stream, .. } => Output::Rows {
+                            schema,
+                            stream,
+                            tag: "SHOW".into(),
+                        },
                         other => other,
                     }),
-                    _ => Err(Error::internal("SHOW STREAMS query did not parse as a query")),
+                    _ => Err(Error::internal(
+                        "SHOW STREAMS query did not parse as a query",
+                    )),
                 }
             }
             Parsed::Reset(name) => {
@@ -284,7 +522,11 @@ impl Session {
             Parsed::CopyFrom(c) => {
                 let stream = self.stream(&c.stream)?;
                 let targets = target_columns(&stream, &c.columns)?;
-                let pending = PendingCopy { stream, targets, format: c.format.clone() };
+                let pending = PendingCopy {
+                    stream,
+                    targets,
+                    format: c.format.clone(),
+                };
                 match &c.inline {
                     Some(data) => self.finish_copy(pending, data.as_bytes()).await,
                     None => Ok(Output::CopyIn(pending)),
@@ -295,13 +537,18 @@ impl Session {
     }
 
     fn stream(&self, name: &str) -> Result<Arc<Stream>> {
-        self.engine.catalog.get(name).ok_or_else(|| Error::undefined_table(name))
+        self.engine
+            .catalog
+            .get(name)
+            .ok_or_else(|| Error::undefined_table(name))
     }
 
     /// Plan a statement with DataFusion in this session's context.
     async fn plan(&self, stmt: &Statement) -> Result<LogicalPlan> {
         let state = self.ctx.state();
-        Ok(state.statement_to_plan(DFStatement::Statement(Box::new(stmt.clone()))).await?)
+        Ok(state
+            .statement_to_plan(DFStatement::Statement(Box::new(stmt.clone())))
+            .await?)
     }
 
     async fn query(&mut self, stmt: &Statement, params: &[ScalarValue]) -> Result<Output> {
@@ -310,9 +557,13 @@ impl Session {
             plan = plan.with_param_values(params.to_vec())?;
         }
         let df = self.ctx.execute_logical_plan(plan).await?;
-        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let schema = pg_column_names(stmt, df.schema().as_arrow());
         let stream = df.execute_stream().await?;
-        Ok(Output::Rows { schema, stream, tag: "SELECT".into() })
+        Ok(Output::Rows {
+            schema,
+            stream,
+            tag: "SELECT".into(),
+        })
     }
 
     /// Describe a statement for the extended protocol: parameter types
@@ -330,13 +581,17 @@ impl Session {
                         }
                     }
                 }
-                let schema = Arc::new(plan.schema().as_arrow().clone());
-                Ok(Description { params, schema: Some(schema) })
+                let schema = pg_column_names(stmt, plan.schema().as_arrow());
+                Ok(Description {
+                    params,
+                    schema: Some(schema),
+                })
             }
             Parsed::Insert(ins) => {
                 let stream = self.stream(&insert_target(ins)?)?;
                 let targets = insert_targets(&stream, ins)?;
-                let types: Vec<ColumnType> = targets.iter().map(|&t| stream.def.columns[t].ty).collect();
+                let types: Vec<ColumnType> =
+                    targets.iter().map(|&t| stream.def.columns[t].ty).collect();
                 let mut params = Vec::new();
                 if let Some(rows) = values_rows(ins) {
                     insert::infer_param_types(&rows, &types, &mut params);
@@ -349,19 +604,34 @@ impl Session {
             }
             Parsed::Show(name) => Ok(Description {
                 params: vec![],
-                schema: Some(Arc::new(Schema::new(vec![Field::new(canonical_setting(name), DataType::Utf8, true)]))),
+                schema: Some(Arc::new(Schema::new(vec![Field::new(
+                    canonical_setting(name),
+                    DataType::Utf8,
+                    true,
+                )]))),
             }),
             Parsed::ShowStreams => {
-                let stmt = statement::parse("SELECT name, first_offset, next_offset, bytes, segments FROM sluice_streams")?;
+                let stmt = statement::parse(
+                    "SELECT name, first_offset, next_offset, bytes, segments FROM sluice_streams",
+                )?;
                 Box::pin(self.describe(&stmt[0])).await
             }
-            _ => Ok(Description { params: vec![], schema: None }),
+            _ => Ok(Description {
+                params: vec![],
+                schema: None,
+            }),
         }
     }
 
-    async fn insert(&mut self, ins: &sqlparser::ast::Insert, params: &[ScalarValue]) -> Result<Output> {
+    async fn insert(
+        &mut self,
+        ins: &sqlparser::ast::Insert,
+        params: &[ScalarValue],
+    ) -> Result<Output> {
         if ins.on.is_some() {
-            return Err(Error::unsupported("ON CONFLICT is not supported on a stream (streams have no keys)"));
+            return Err(Error::unsupported(
+                "ON CONFLICT is not supported on a stream (streams have no keys)",
+            ));
         }
         let stream = self.stream(&insert_target(ins)?)?;
         let targets = insert_targets(&stream, ins)?;
@@ -398,7 +668,9 @@ impl Session {
         ins: &sqlparser::ast::Insert,
         params: &[ScalarValue],
     ) -> Result<Option<RecordBatch>> {
-        let Some(rows) = values_rows(ins) else { return Ok(None) };
+        let Some(rows) = values_rows(ins) else {
+            return Ok(None);
+        };
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             if row.len() != targets.len() {
@@ -418,11 +690,21 @@ impl Session {
             }
             out.push(vals);
         }
-        Ok(Some(insert::build_batch(stream, targets, out, self.engine.limits.max_row_bytes)?))
+        Ok(Some(insert::build_batch(
+            stream,
+            targets,
+            out,
+            self.engine.limits.max_row_bytes,
+        )?))
     }
 
     /// INSERT whose rows need planning (INSERT ... SELECT, expressions).
-    async fn planned_insert(&self, stream: &Arc<Stream>, ins: &sqlparser::ast::Insert, params: &[ScalarValue]) -> Result<RecordBatch> {
+    async fn planned_insert(
+        &self,
+        stream: &Arc<Stream>,
+        ins: &sqlparser::ast::Insert,
+        params: &[ScalarValue],
+    ) -> Result<RecordBatch> {
         let mut ins = ins.clone();
         ins.returning = None;
         if ins.columns.is_empty() {
@@ -430,13 +712,20 @@ impl Session {
                 .def
                 .columns
                 .iter()
-                .map(|c| sqlparser::ast::ObjectName::from(vec![sqlparser::ast::Ident::with_quote('"', c.name.clone())]))
+                .map(|c| {
+                    sqlparser::ast::ObjectName::from(vec![sqlparser::ast::Ident::with_quote(
+                        '"',
+                        c.name.clone(),
+                    )])
+                })
                 .collect();
         }
         let mut state = self.ctx.state();
         let collector = Arc::new(InsertCollector::default());
         state.config_mut().set_extension(collector.clone());
-        let mut plan = state.statement_to_plan(DFStatement::Statement(Box::new(Statement::Insert(ins)))).await?;
+        let mut plan = state
+            .statement_to_plan(DFStatement::Statement(Box::new(Statement::Insert(ins))))
+            .await?;
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
         }
@@ -447,14 +736,22 @@ impl Session {
             if s.def.id != stream.def.id {
                 return Err(Error::internal("INSERT produced rows for another stream"));
             }
-            batches.push(insert::from_planned(stream, &b, self.engine.limits.max_row_bytes)?);
+            batches.push(insert::from_planned(
+                stream,
+                &b,
+                self.engine.limits.max_row_bytes,
+            )?);
         }
         insert::concat(stream, &batches)
     }
 
     /// Propose an append now, or buffer it in the open block. Returns the
     /// base offset and commit time when it committed now.
-    async fn append(&mut self, stream: &Arc<Stream>, batch: &RecordBatch) -> Result<Option<(u64, i64)>> {
+    async fn append(
+        &mut self,
+        stream: &Arc<Stream>,
+        batch: &RecordBatch,
+    ) -> Result<Option<(u64, i64)>> {
         let ipc = insert::encode_ipc(batch)?;
         let op = Op {
             kind: Some(op::Kind::Append(Append {
@@ -486,46 +783,70 @@ impl Session {
             _ => {
                 let outcomes = self.engine.propose(vec![op]).await?;
                 match outcomes.first() {
-                    Some(OpOutcome::Appended { base_offset, ts_micros, .. }) => Ok(Some((*base_offset, *ts_micros))),
+                    Some(OpOutcome::Appended {
+                        base_offset,
+                        ts_micros,
+                        ..
+                    }) => Ok(Some((*base_offset, *ts_micros))),
                     _ => Err(Error::internal("append produced no outcome")),
                 }
             }
         }
     }
 
-    async fn returning(&self, stream: &Stream, full: RecordBatch, items: &[SelectItem]) -> Result<Output> {
+    async fn returning(
+        &self,
+        stream: &Stream,
+        full: RecordBatch,
+        items: &[SelectItem],
+    ) -> Result<Output> {
         let ctx = SessionContext::new();
-        let table = datafusion::datasource::MemTable::try_new(stream.full_schema.clone(), vec![vec![full]])?;
+        let table = datafusion::datasource::MemTable::try_new(
+            stream.full_schema.clone(),
+            vec![vec![full]],
+        )?;
         ctx.register_table("returning_rows", Arc::new(table))?;
         let sql = format!("SELECT {} FROM returning_rows", returning_list(items));
         let parsed = statement::parse(&sql)?;
         let Some(Parsed::Query(q)) = parsed.first() else {
             return Err(Error::internal("RETURNING did not parse"));
         };
-        let plan = ctx.state().statement_to_plan(DFStatement::Statement(q.clone())).await?;
+        let plan = ctx
+            .state()
+            .statement_to_plan(DFStatement::Statement(q.clone()))
+            .await?;
         let df = ctx.execute_logical_plan(plan).await?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let batches = df.collect().await?;
-        Ok(Output::Rows { schema: schema.clone(), stream: batches_stream(schema, batches), tag: "INSERT 0".into() })
+        Ok(Output::Rows {
+            schema: schema.clone(),
+            stream: batches_stream(schema, batches),
+            tag: "INSERT 0".into(),
+        })
     }
 
     async fn returning_schema(&self, stream: &Stream, items: &[SelectItem]) -> Result<SchemaRef> {
         let ctx = SessionContext::new();
-        let table = datafusion::datasource::MemTable::try_new(stream.full_schema.clone(), vec![vec![]])?;
+        let table =
+            datafusion::datasource::MemTable::try_new(stream.full_schema.clone(), vec![vec![]])?;
         ctx.register_table("returning_rows", Arc::new(table))?;
         let sql = format!("SELECT {} FROM returning_rows", returning_list(items));
         let parsed = statement::parse(&sql)?;
         let Some(Parsed::Query(q)) = parsed.first() else {
             return Err(Error::internal("RETURNING did not parse"));
         };
-        let plan = ctx.state().statement_to_plan(DFStatement::Statement(q.clone())).await?;
+        let plan = ctx
+            .state()
+            .statement_to_plan(DFStatement::Statement(q.clone()))
+            .await?;
         Ok(Arc::new(plan.schema().as_arrow().clone()))
     }
 
     /// `DELETE FROM s WHERE offset < n` drops a prefix; any other DELETE is refused.
     async fn delete(&mut self, d: &sqlparser::ast::Delete) -> Result<Output> {
         let tables = match &d.from {
-            sqlparser::ast::FromTable::WithFromKeyword(t) | sqlparser::ast::FromTable::WithoutKeyword(t) => t,
+            sqlparser::ast::FromTable::WithFromKeyword(t)
+            | sqlparser::ast::FromTable::WithoutKeyword(t) => t,
         };
         let name = match tables.first().map(|t| &t.relation) {
             Some(sqlparser::ast::TableFactor::Table { name, .. }) => statement::table_name(name),
@@ -534,10 +855,14 @@ impl Session {
         let stream = self.stream(&name)?;
         let before = match &d.selection {
             Some(Expr::BinaryOp { left, op, right }) => match (left.as_ref(), op, right.as_ref()) {
-                (Expr::Identifier(id), BinaryOperator::Lt, v) if statement::normalize_ident(id) == OFFSET_COLUMN => {
+                (Expr::Identifier(id), BinaryOperator::Lt, v)
+                    if statement::normalize_ident(id) == OFFSET_COLUMN =>
+                {
                     literal_u64(v)
                 }
-                (Expr::Identifier(id), BinaryOperator::LtEq, v) if statement::normalize_ident(id) == OFFSET_COLUMN => {
+                (Expr::Identifier(id), BinaryOperator::LtEq, v)
+                    if statement::normalize_ident(id) == OFFSET_COLUMN =>
+                {
                     literal_u64(v).map(|n| n + 1)
                 }
                 _ => None,
@@ -555,11 +880,17 @@ impl Session {
         }
         let first_before = stream.log.first_offset();
         let op = Op {
-            kind: Some(op::Kind::Truncate(Truncate { stream: name, stream_id: stream.def.id, before })),
+            kind: Some(op::Kind::Truncate(Truncate {
+                stream: name,
+                stream_id: stream.def.id,
+                before,
+            })),
         };
         let outcomes = self.engine.propose(vec![op]).await?;
         let removed = match outcomes.first() {
-            Some(OpOutcome::Truncated { first_offset }) => first_offset.saturating_sub(first_before),
+            Some(OpOutcome::Truncated { first_offset }) => {
+                first_offset.saturating_sub(first_before)
+            }
             _ => 0,
         };
         Ok(Output::Tag(format!("DELETE {removed}")))
@@ -575,11 +906,18 @@ impl Session {
         if data.len() > self.engine.limits.max_copy_bytes {
             return Err(Error::new(
                 sqlstate::PROGRAM_LIMIT_EXCEEDED,
-                format!("COPY data exceeds the maximum of {} bytes (max_copy_bytes)", self.engine.limits.max_copy_bytes),
+                format!(
+                    "COPY data exceeds the maximum of {} bytes (max_copy_bytes)",
+                    self.engine.limits.max_copy_bytes
+                ),
             ));
         }
-        let text = std::str::from_utf8(data)
-            .map_err(|_| Error::new(sqlstate::INVALID_TEXT_REPRESENTATION, "invalid byte sequence for encoding \"UTF8\""))?;
+        let text = std::str::from_utf8(data).map_err(|_| {
+            Error::new(
+                sqlstate::INVALID_TEXT_REPRESENTATION,
+                "invalid byte sequence for encoding \"UTF8\"",
+            )
+        })?;
         let rows = copy::parse_rows(text, &copy.format)?;
         let n = rows.len();
         let mut values = Vec::with_capacity(n);
@@ -587,18 +925,26 @@ impl Session {
             if row.len() != copy.targets.len() {
                 return Err(Error::new(
                     sqlstate::INVALID_TEXT_REPRESENTATION,
-                    if row.len() < copy.targets.len() { "missing data for column" } else { "extra data after last expected column" },
+                    if row.len() < copy.targets.len() {
+                        "missing data for column"
+                    } else {
+                        "extra data after last expected column"
+                    },
                 )
-                .with_detail(format!("COPY {}, line {}", copy.stream.name(), i + 1)));
+                .with_detail(format!(
+                    "COPY {}, line {}",
+                    copy.stream.name(),
+                    i + 1
+                )));
             }
             let mut vals = Vec::with_capacity(row.len());
             for (f, &t) in row.into_iter().zip(&copy.targets) {
                 let ty = copy.stream.def.columns[t].ty;
                 vals.push(match f {
                     None => ty.coerce(ScalarValue::Null)?,
-                    Some(s) => ty
-                        .parse_text(&s)
-                        .map_err(|e| e.with_detail(format!("COPY {}, line {}", copy.stream.name(), i + 1)))?,
+                    Some(s) => ty.parse_text(&s).map_err(|e| {
+                        e.with_detail(format!("COPY {}, line {}", copy.stream.name(), i + 1))
+                    })?,
                 });
             }
             values.push(vals);
@@ -606,9 +952,186 @@ impl Session {
         if n == 0 {
             return Ok(Output::Tag("COPY 0".into()));
         }
-        let batch = insert::build_batch(&copy.stream, &copy.targets, values, self.engine.limits.max_row_bytes)?;
+        let batch = insert::build_batch(
+            &copy.stream,
+            &copy.targets,
+            values,
+            self.engine.limits.max_row_bytes,
+        )?;
         self.append(&copy.stream, &batch).await?;
         Ok(Output::Tag(format!("COPY {n}")))
+    }
+
+    fn unlisten_all(&mut self) {
+        self.engine.hub.unsubscribe_all(self.id);
+        for (_, task) in self.listeners.drain() {
+            if let Some(t) = task {
+                t.abort();
+            }
+        }
+    }
+
+    async fn copy_to(
+        &mut self,
+        query: &sqlparser::ast::Query,
+        format: CopyFormat,
+        params: &[ScalarValue],
+    ) -> Result<Output> {
+        if let Some(spec) = tail::tail_spec(query, params) {
+            let tail = Tail::start(
+                self.engine.catalog.clone(),
+                self.ctx.clone(),
+                spec,
+                params.to_vec(),
+            )
+            .await?;
+            let schema = tail.schema();
+            return Ok(Output::CopyOut {
+                schema,
+                format,
+                stream: tail.into_stream(self.cancel_watch()),
+            });
+        }
+        match self
+            .query(&Statement::Query(Box::new(query.clone())), params)
+            .await?
+        {
+            Output::Rows { schema, stream, .. } => Ok(Output::CopyOut {
+                schema,
+                format,
+                stream,
+            }),
+            _ => Err(Error::internal("COPY query produced no rows")),
+        }
+    }
+
+    async fn open_cursor(
+        &mut self,
+        query: &sqlparser::ast::Query,
+        params: &[ScalarValue],
+    ) -> Result<Cursor> {
+        if let Some(spec) = tail::tail_spec(query, params) {
+            let tail = Tail::start(
+                self.engine.catalog.clone(),
+                self.ctx.clone(),
+                spec,
+                params.to_vec(),
+            )
+            .await?;
+            return Ok(Cursor::Tail(Box::new(tail)));
+        }
+        match self
+            .query(&Statement::Query(Box::new(query.clone())), params)
+            .await?
+        {
+            Output::Rows { schema, stream, .. } => Ok(Cursor::Snapshot {
+                schema,
+                stream: parking_lot::Mutex::new(stream),
+                buffered: VecDeque::new(),
+            }),
+            _ => Err(Error::internal("cursor query produced no rows")),
+        }
+    }
+
+    async fn fetch(&mut self, name: &str, count: Option<u64>) -> Result<Output> {
+        let wait = self.tail_wait();
+        let mut cancel = self.cancel_watch();
+        let entry = self.cursors.get_mut(name).ok_or_else(|| no_cursor(name))?;
+        let max = count
+            .map(|c| c.min(usize::MAX as u64) as usize)
+            .unwrap_or(usize::MAX);
+        let (schema, batches) = match &mut entry.cursor {
+            Cursor::Tail(tail) => (
+                tail.schema(),
+                fetch_tail(tail, max, wait, &mut cancel).await?,
+            ),
+            Cursor::Snapshot {
+                schema,
+                stream,
+                buffered,
+            } => {
+                let mut out = Vec::new();
+                let mut want = max;
+                while want > 0 {
+                    let batch = match buffered.pop_front() {
+                        Some(b) => b,
+                        None => match stream.get_mut().next().await {
+                            Some(b) => b?,
+                            None => break,
+                        },
+                    };
+                    let take = batch.num_rows().min(want);
+                    if take < batch.num_rows() {
+                        buffered.push_front(batch.slice(take, batch.num_rows() - take));
+                    }
+                    want -= take;
+                    out.push(batch.slice(0, take));
+                }
+                (schema.clone(), out)
+            }
+        };
+        Ok(Output::Rows {
+            schema: schema.clone(),
+            stream: batches_stream(schema, batches),
+            tag: "FETCH".into(),
+        })
+    }
+
+    /// Execute with a row limit on a tailable query (extended protocol):
+    /// like FETCH on a cursor kept per portal. `None` if the statement is
+    /// not a tailable query, so the caller runs it normally. The flag says
+    /// whether the portal is suspended (more may come) or complete.
+    pub async fn portal_fetch(
+        &mut self,
+        portal: usize,
+        p: &Parsed,
+        params: &[ScalarValue],
+        max_rows: usize,
+    ) -> Result<Option<(SchemaRef, Vec<RecordBatch>, bool)>> {
+        if matches!(self.txn, Txn::Failed) {
+            return Err(Error::new(
+                sqlstate::IN_FAILED_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        let Parsed::Query(stmt) = p else {
+            return Ok(None);
+        };
+        let Statement::Query(q) = stmt.as_ref() else {
+            return Ok(None);
+        };
+        if !self.portal_tails.contains_key(&portal) {
+            let Some(spec) = tail::tail_spec(q, params) else {
+                return Ok(None);
+            };
+            let tail = Tail::start(
+                self.engine.catalog.clone(),
+                self.ctx.clone(),
+                spec,
+                params.to_vec(),
+            )
+            .await;
+            let tail = tail.map_err(|e| self.fail(e))?;
+            if self.portal_tails.len() >= MAX_PORTAL_TAILS {
+                self.portal_tails.clear();
+            }
+            self.portal_tails.insert(portal, tail);
+        }
+        let wait = self.tail_wait();
+        let mut cancel = self.cancel_watch();
+        let Some(tail) = self.portal_tails.get_mut(&portal) else {
+            return Ok(None);
+        };
+        let batches = fetch_tail(tail, max_rows.max(1), wait, &mut cancel).await;
+        let schema = tail.schema();
+        let more = !tail.finished();
+        let batches = batches.map_err(|e| self.fail(e))?;
+        Ok(Some((schema, batches, more)))
+    }
+
+    /// Forget the tail behind a portal (Close, or a new Bind of the name).
+    pub fn close_portal(&mut self, portal: usize) {
+        self.portal_tails.remove(&portal);
     }
 
     fn set(&mut self, name: &str, value: &str) -> Result<()> {
@@ -628,10 +1151,13 @@ impl Session {
             "client_encoding" => {
                 let v = value.to_uppercase().replace(['-', '_'], "");
                 if v != "UTF8" && v != "UNICODE" {
-                    return Err(Error::unsupported(format!("client_encoding \"{value}\" is not supported; only UTF8")));
+                    return Err(Error::unsupported(format!(
+                        "client_encoding \"{value}\" is not supported; only UTF8"
+                    )));
                 }
             }
-            "server_version" | "server_version_num" | "server_encoding" | "integer_datetimes" | "lc_collate" | "lc_ctype" => {
+            "server_version" | "server_version_num" | "server_encoding" | "integer_datetimes"
+            | "lc_collate" | "lc_ctype" => {
                 return Err(Error::new(
                     sqlstate::CANT_CHANGE_RUNTIME_PARAM,
                     format!("parameter \"{name}\" cannot be changed"),
@@ -656,17 +1182,33 @@ impl Session {
                 vec![
                     Arc::new(StringArray::from_iter_values(self.settings.keys())),
                     Arc::new(StringArray::from_iter_values(self.settings.values())),
-                    Arc::new(StringArray::from_iter_values(self.settings.keys().map(|_| ""))),
+                    Arc::new(StringArray::from_iter_values(
+                        self.settings.keys().map(|_| ""),
+                    )),
                 ],
             )?;
-            return Ok(Output::Rows { schema: schema.clone(), stream: batches_stream(schema, vec![batch]), tag: "SHOW".into() });
+            return Ok(Output::Rows {
+                schema: schema.clone(),
+                stream: batches_stream(schema, vec![batch]),
+                tag: "SHOW".into(),
+            });
         }
         let value = self.settings.get(&key).cloned().ok_or_else(|| {
-            Error::new(sqlstate::UNDEFINED_OBJECT, format!("unrecognized configuration parameter \"{name}\""))
+            Error::new(
+                sqlstate::UNDEFINED_OBJECT,
+                format!("unrecognized configuration parameter \"{name}\""),
+            )
         })?;
         let schema = Arc::new(Schema::new(vec![Field::new(key, DataType::Utf8, true)]));
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec![value]))])?;
-        Ok(Output::Rows { schema: schema.clone(), stream: batches_stream(schema, vec![batch]), tag: "SHOW".into() })
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(StringArray::from(vec![value]))],
+        )?;
+        Ok(Output::Rows {
+            schema: schema.clone(),
+            stream: batches_stream(schema, vec![batch]),
+            tag: "SHOW".into(),
+        })
     }
 }
 
@@ -676,27 +1218,39 @@ pub fn canonical_setting(name: &str) -> String {
     match n.as_str() {
         "time zone" | "time_zone" => "timezone".into(),
         "transaction isolation level" => "transaction_isolation".into(),
-        "session characteristics as transaction isolation level" => "default_transaction_isolation".into(),
+        "session characteristics as transaction isolation level" => {
+            "default_transaction_isolation".into()
+        }
         "names" => "client_encoding".into(),
-        other => other.trim_start_matches("session ").trim_start_matches("local ").to_string(),
+        other => other
+            .trim_start_matches("session ")
+            .trim_start_matches("local ")
+            .to_string(),
     }
 }
 
 fn statement_too_long(len: usize, max: usize) -> Error {
     Error::new(
         sqlstate::PROGRAM_LIMIT_EXCEEDED,
-        format!("statement of {len} bytes exceeds the maximum of {max} bytes (max_statement_bytes)"),
+        format!(
+            "statement of {len} bytes exceeds the maximum of {max} bytes (max_statement_bytes)"
+        ),
     )
 }
 
 pub fn batches_stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> SendableRecordBatchStream {
-    Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::iter(batches.into_iter().map(Ok))))
+    Box::pin(RecordBatchStreamAdapter::new(
+        schema,
+        futures::stream::iter(batches.into_iter().map(Ok)),
+    ))
 }
 
 fn insert_target(ins: &sqlparser::ast::Insert) -> Result<String> {
     match &ins.table {
         TableObject::TableName(n) => Ok(statement::table_name(n)),
-        other => Err(Error::unsupported(format!("INSERT INTO {other} is not supported"))),
+        other => Err(Error::unsupported(format!(
+            "INSERT INTO {other} is not supported"
+        ))),
     }
 }
 
@@ -705,7 +1259,12 @@ fn insert_targets(stream: &Stream, ins: &sqlparser::ast::Insert) -> Result<Vec<u
     let names: Vec<String> = ins
         .columns
         .iter()
-        .map(|c| c.0.last().and_then(|p| p.as_ident()).map(statement::normalize_ident).unwrap_or_default())
+        .map(|c| {
+            c.0.last()
+                .and_then(|p| p.as_ident())
+                .map(statement::normalize_ident)
+                .unwrap_or_default()
+        })
         .collect();
     target_columns(stream, &names)
 }
@@ -719,18 +1278,31 @@ fn target_columns(stream: &Stream, names: &[String]) -> Result<Vec<usize>> {
         if n == OFFSET_COLUMN || n == TS_COLUMN {
             return Err(Error::new(
                 "428C9",
-                format!("cannot insert a non-DEFAULT value into column \"{n}\"")
+                format!("cannot insert a non-DEFAULT value into column \"{n}\""),
             )
-            .with_detail(format!("Column \"{n}\" is a system column assigned at commit.")));
+            .with_detail(format!(
+                "Column \"{n}\" is a system column assigned at commit."
+            )));
         }
-        let i = stream.def.columns.iter().position(|c| &c.name == n).ok_or_else(|| {
-            Error::new(
-                sqlstate::UNDEFINED_COLUMN,
-                format!("column \"{n}\" of relation \"{}\" does not exist", stream.name()),
-            )
-        })?;
+        let i = stream
+            .def
+            .columns
+            .iter()
+            .position(|c| &c.name == n)
+            .ok_or_else(|| {
+                Error::new(
+                    sqlstate::UNDEFINED_COLUMN,
+                    format!(
+                        "column \"{n}\" of relation \"{}\" does not exist",
+                        stream.name()
+                    ),
+                )
+            })?;
         if out.contains(&i) {
-            return Err(Error::new(sqlstate::DUPLICATE_COLUMN, format!("column \"{n}\" specified more than once")));
+            return Err(Error::new(
+                sqlstate::DUPLICATE_COLUMN,
+                format!("column \"{n}\" specified more than once"),
+            ));
         }
         out.push(i);
     }
@@ -749,7 +1321,11 @@ fn values_rows(ins: &sqlparser::ast::Insert) -> Option<Vec<&Vec<Expr>>> {
 }
 
 fn returning_list(items: &[SelectItem]) -> String {
-    items.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+    items
+        .iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn literal_u64(e: &Expr) -> Option<u64> {
@@ -760,5 +1336,159 @@ fn literal_u64(e: &Expr) -> Option<u64> {
         },
         Expr::Nested(inner) => literal_u64(inner),
         _ => None,
+    }
+}
+
+/// Result column names as PostgreSQL gives them: an unaliased column keeps
+/// its name, a function call is named after the function, a cast after its
+/// operand, anything else is `?column?` (DataFusion would print the whole
+/// expression).
+fn pg_column_names(stmt: &Statement, schema: &Schema) -> SchemaRef {
+    let Statement::Query(q) = stmt else {
+        return Arc::new(schema.clone());
+    };
+    let SetExpr::Select(select) = q.body.as_ref() else {
+        return Arc::new(schema.clone());
+    };
+    if select.projection.len() != schema.fields().len()
+        || select.projection.iter().any(|p| {
+            matches!(
+                p,
+                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+            )
+        })
+    {
+        return Arc::new(schema.clone());
+    }
+    let fields: Vec<Field> = select
+        .projection
+        .iter()
+        .zip(schema.fields())
+        .map(|(item, f)| match item {
+            SelectItem::UnnamedExpr(e) => f.as_ref().clone().with_name(expr_name(e)),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+fn expr_name(e: &Expr) -> String {
+    match e {
+        Expr::Identifier(id) => statement::normalize_ident(id),
+        Expr::CompoundIdentifier(ids) => ids
+            .last()
+            .map(statement::normalize_ident)
+            .unwrap_or_default(),
+        Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(statement::normalize_ident)
+            .unwrap_or_else(|| "?column?".into()),
+        Expr::Cast {
+            expr, data_type, ..
+        } => match expr.as_ref() {
+            Expr::Identifier(_)
+            | Expr::CompoundIdentifier(_)
+            | Expr::Function(_)
+            | Expr::Cast { .. } => expr_name(expr),
+            _ => ColumnType::parse(&data_type.to_string())
+                .map(|t| pg_type_short_name(t).to_string())
+                .unwrap_or_else(|_| data_type.to_string().to_lowercase()),
+        },
+        Expr::Nested(inner) => expr_name(inner),
+        Expr::Case { .. } => "case".into(),
+        Expr::Exists { .. } => "exists".into(),
+        Expr::Array(_) => "array".into(),
+        _ => "?column?".into(),
+    }
+}
+
+/// The `typname` PostgreSQL uses to name a cast column (`'1'::int` → int4).
+fn pg_type_short_name(t: ColumnType) -> &'static str {
+    match t {
+        ColumnType::Bool => "bool",
+        ColumnType::Int2 => "int2",
+        ColumnType::Int4 => "int4",
+        ColumnType::Int8 => "int8",
+        ColumnType::Float4 => "float4",
+        ColumnType::Float8 => "float8",
+        ColumnType::Numeric(_) => "numeric",
+        ColumnType::Text => "text",
+        ColumnType::Varchar(_) => "varchar",
+        ColumnType::Bytea => "bytea",
+        ColumnType::Timestamptz => "timestamptz",
+        ColumnType::Timestamp => "timestamp",
+        ColumnType::Date => "date",
+        ColumnType::Json => "json",
+        ColumnType::Jsonb => "jsonb",
+        ColumnType::Uuid => "uuid",
+    }
+}
+
+fn no_cursor(name: &str) -> Error {
+    Error::new(
+        sqlstate::INVALID_CURSOR_NAME,
+        format!("cursor \"{name}\" does not exist"),
+    )
+}
+
+/// Rows available now (up to `max`); if none, wait up to `wait` for one.
+async fn fetch_tail(
+    tail: &mut Tail,
+    max: usize,
+    wait: Duration,
+    cancel: &mut CancelWatch,
+) -> Result<Vec<RecordBatch>> {
+    let rows = tail.poll(max).await?;
+    if !rows.is_empty() || tail.finished() {
+        return Ok(rows);
+    }
+    if tail.wait(Some(wait), cancel).await? {
+        tail.poll(max).await
+    } else {
+        Ok(vec![])
+    }
+}
+
+/// `pg_notify(channel, payload)`: notify on commit of the calling session.
+fn pg_notify_udf(state: Arc<NotifyState>) -> datafusion::logical_expr::ScalarUDF {
+    use arrow::array::Array;
+    use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+    let f = move |args: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(args)?;
+        if let [channels, payloads] = arrays.as_slice() {
+            let channels = arrow::compute::cast(channels, &DataType::Utf8)?;
+            let payloads = arrow::compute::cast(payloads, &DataType::Utf8)?;
+            let (c, p) = (
+                arrow::array::AsArray::as_string::<i32>(&channels),
+                arrow::array::AsArray::as_string::<i32>(&payloads),
+            );
+            for i in 0..c.len() {
+                if let Some(ch) = c.is_valid(i).then(|| c.value(i)) {
+                    let payload = if p.is_valid(i) {
+                        p.value(i).to_string()
+                    } else {
+                        String::new()
+                    };
+                    state.send(ch.to_string(), payload);
+                }
+            }
+        }
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))
+    };
+    create_udf(
+        "pg_notify",
+        vec![DataType::Utf8, DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Volatile,
+        Arc::new(f),
+    )
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.unlisten_all();
     }
 }

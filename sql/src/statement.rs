@@ -9,8 +9,8 @@
 //! append path, DDL, transaction control, or session settings.
 
 use sqlparser::ast::{
-    ColumnOption, CopyOption, CopySource, CopyTarget, CreateTableOptions, Expr, ObjectName, ObjectType,
-    SqlOption, Statement, Value,
+    ColumnOption, CopyOption, CopySource, CopyTarget, CreateTableOptions, Expr, ObjectName,
+    ObjectType, SqlOption, Statement, Value,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::Keyword;
@@ -29,19 +29,52 @@ pub enum Parsed {
     /// SELECT, VALUES, WITH, EXPLAIN: planned and run by DataFusion.
     Query(Box<Statement>),
     Insert(Box<sqlparser::ast::Insert>),
-    CreateStream { def: StreamDef, if_not_exists: bool },
-    DropStream { names: Vec<String>, if_exists: bool },
+    CreateStream {
+        def: StreamDef,
+        if_not_exists: bool,
+    },
+    DropStream {
+        names: Vec<String>,
+        if_exists: bool,
+    },
     Delete(Box<sqlparser::ast::Delete>),
     Begin,
     Commit,
     Rollback,
-    Set { name: String, value: String },
+    Set {
+        name: String,
+        value: String,
+    },
     Show(String),
     ShowStreams,
     Reset(Option<String>),
     /// Accepted and ignored (DISCARD ALL, SET SESSION CHARACTERISTICS, ...).
     NoOp(&'static str),
     CopyFrom(CopyFrom),
+    /// `COPY (query) TO STDOUT` / `COPY s TO STDOUT`.
+    CopyTo {
+        query: Box<sqlparser::ast::Query>,
+        format: CopyFormat,
+    },
+    Declare {
+        name: String,
+        query: Box<sqlparser::ast::Query>,
+        hold: bool,
+    },
+    /// `FETCH [n | ALL] FROM c`; `None` = ALL.
+    Fetch {
+        name: String,
+        count: Option<u64>,
+    },
+    /// `CLOSE c` / `CLOSE ALL` (`None`).
+    Close(Option<String>),
+    Listen(String),
+    /// `UNLISTEN ch` / `UNLISTEN *` (`None`).
+    Unlisten(Option<String>),
+    Notify {
+        channel: String,
+        payload: String,
+    },
     /// Recognized but refused; the error is raised when it executes.
     Refused(Error),
 }
@@ -57,8 +90,17 @@ pub struct CopyFrom {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CopyFormat {
-    Text { delimiter: char, null: String },
-    Csv { delimiter: char, quote: char, escape: char, null: String, header: bool },
+    Text {
+        delimiter: char,
+        null: String,
+    },
+    Csv {
+        delimiter: char,
+        quote: char,
+        escape: char,
+        null: String,
+        header: bool,
+    },
     Binary,
 }
 
@@ -99,7 +141,10 @@ fn rewrite(sql: &str) -> Result<(String, Vec<bool>)> {
     let mut prev_sig: Option<&Token> = None;
     let mut sig_pos = 0;
     for (i, tok) in tokens.iter().enumerate() {
-        if let Token::Whitespace(Whitespace::SingleLineComment { .. } | Whitespace::MultiLineComment(_)) = tok {
+        if let Token::Whitespace(
+            Whitespace::SingleLineComment { .. } | Whitespace::MultiLineComment(_),
+        ) = tok
+        {
             out.push(' ');
             continue;
         }
@@ -114,16 +159,28 @@ fn rewrite(sql: &str) -> Result<(String, Vec<bool>)> {
                 flags.push(false);
                 out.push(';');
             }
-            Token::Word(w) if w.quote_style.is_none() && is_word(w, "stream") && prev_is(prev_sig, &["create", "drop"]) => {
+            Token::Word(w)
+                if w.quote_style.is_none()
+                    && is_word(w, "stream")
+                    && prev_is(prev_sig, &["create", "drop"]) =>
+            {
                 if let Some(last) = flags.last_mut() {
                     *last = true;
                 }
                 out.push_str("TABLE");
             }
-            Token::Word(w) if w.quote_style.is_none() && is_word(w, "streams") && prev_is(prev_sig, &["show"]) => {
+            Token::Word(w)
+                if w.quote_style.is_none()
+                    && is_word(w, "streams")
+                    && prev_is(prev_sig, &["show"]) =>
+            {
                 out.push_str("streams");
             }
-            Token::Word(w) if w.quote_style.is_none() && w.keyword == Keyword::OFFSET && is_column_use(prev_sig, next_sig) => {
+            Token::Word(w)
+                if w.quote_style.is_none()
+                    && w.keyword == Keyword::OFFSET
+                    && is_column_use(prev_sig, next_sig) =>
+            {
                 out.push_str("\"offset\"");
             }
             other => out.push_str(&other.to_string()),
@@ -216,7 +273,11 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
                         }
                     }
                 }
-                columns.push(ColumnDef { name: cname, ty, not_null });
+                columns.push(ColumnDef {
+                    name: cname,
+                    ty,
+                    not_null,
+                });
             }
             if !ct.constraints.is_empty() {
                 return Ok(Parsed::Refused(Error::unsupported(
@@ -225,11 +286,21 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
             }
             let options = stream_options(&ct.table_options)?;
             Parsed::CreateStream {
-                def: StreamDef { id: 0, name, columns, options },
+                def: StreamDef {
+                    id: 0,
+                    name,
+                    columns,
+                    options,
+                },
                 if_not_exists: ct.if_not_exists,
             }
         }
-        Statement::Drop { object_type: ObjectType::Table, if_exists, names, .. } => Parsed::DropStream {
+        Statement::Drop {
+            object_type: ObjectType::Table,
+            if_exists,
+            names,
+            ..
+        } => Parsed::DropStream {
             names: names.iter().map(object_name).collect(),
             if_exists,
         },
@@ -243,13 +314,23 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         }
         Statement::StartTransaction { .. } => Parsed::Begin,
         Statement::Commit { .. } => Parsed::Commit,
-        Statement::Rollback { savepoint: None, .. } => Parsed::Rollback,
-        Statement::Rollback { savepoint: Some(_), .. } | Statement::Savepoint { .. } | Statement::ReleaseSavepoint { .. } => {
+        Statement::Rollback {
+            savepoint: None, ..
+        } => Parsed::Rollback,
+        Statement::Rollback {
+            savepoint: Some(_), ..
+        }
+        | Statement::Savepoint { .. }
+        | Statement::ReleaseSavepoint { .. } => {
             Parsed::Refused(Error::unsupported("savepoints are not supported"))
         }
         Statement::Set(set) => classify_set(set),
         Statement::ShowVariable { variable } => {
-            let name = variable.iter().map(|v| v.value.to_lowercase()).collect::<Vec<_>>().join(" ");
+            let name = variable
+                .iter()
+                .map(|v| v.value.to_lowercase())
+                .collect::<Vec<_>>()
+                .join(" ");
             if name == "streams" {
                 Parsed::ShowStreams
             } else {
@@ -259,20 +340,103 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         Statement::Discard { .. } => Parsed::NoOp("DISCARD ALL"),
         Statement::Reset(r) => match r.reset {
             sqlparser::ast::Reset::ALL => Parsed::Reset(None),
-            sqlparser::ast::Reset::ConfigurationParameter(name) => Parsed::Reset(Some(object_name(&name))),
+            sqlparser::ast::Reset::ConfigurationParameter(name) => {
+                Parsed::Reset(Some(object_name(&name)))
+            }
         },
-        Statement::Copy { source, to, target, options, legacy_options, values } => {
-            classify_copy(source, to, target, options, legacy_options, values)?
+        Statement::Copy {
+            source,
+            to,
+            target,
+            options,
+            legacy_options,
+            values,
+        } => classify_copy(source, to, target, options, legacy_options, values)?,
+        Statement::Declare { stmts } => {
+            let Some(d) = stmts.into_iter().next() else {
+                return Err(Error::syntax("empty DECLARE"));
+            };
+            let Some(query) = d.for_query else {
+                return Ok(Parsed::Refused(Error::unsupported(
+                    "only DECLARE ... CURSOR FOR <query> is supported",
+                )));
+            };
+            if d.scroll == Some(true) {
+                return Ok(Parsed::Refused(Error::unsupported(
+                    "SCROLL cursors are not supported; cursors are forward-only",
+                )));
+            }
+            let name = d.names.first().map(normalize_ident).unwrap_or_default();
+            Parsed::Declare {
+                name,
+                query,
+                hold: d.hold == Some(true),
+            }
         }
+        Statement::Fetch {
+            name, direction, ..
+        } => {
+            use sqlparser::ast::FetchDirection as F;
+            let count = |v: &sqlparser::ast::ValueWithSpan| -> Result<u64> {
+                match &v.value {
+                    Value::Number(n, _) => n
+                        .parse::<u64>()
+                        .map_err(|_| Error::syntax(format!("invalid FETCH count {n}"))),
+                    other => Err(Error::syntax(format!("invalid FETCH count {other}"))),
+                }
+            };
+            let n = match &direction {
+                F::Count { limit } => Some(count(limit)?),
+                F::Next => Some(1),
+                F::Forward { limit } => Some(limit.as_ref().map(count).transpose()?.unwrap_or(1)),
+                F::All | F::ForwardAll => None,
+                other => {
+                    return Ok(Parsed::Refused(Error::new(
+                        "55000",
+                        format!("cursor can only scan forward (FETCH {other} is not supported)"),
+                    )))
+                }
+            };
+            Parsed::Fetch {
+                name: normalize_ident(&name),
+                count: n,
+            }
+        }
+        Statement::Close { cursor } => match cursor {
+            sqlparser::ast::CloseCursor::All => Parsed::Close(None),
+            sqlparser::ast::CloseCursor::Specific { name } => {
+                Parsed::Close(Some(normalize_ident(&name)))
+            }
+        },
+        Statement::LISTEN { channel } => Parsed::Listen(normalize_ident(&channel)),
+        Statement::UNLISTEN { channel } => {
+            if channel.value == "*" {
+                Parsed::Unlisten(None)
+            } else {
+                Parsed::Unlisten(Some(normalize_ident(&channel)))
+            }
+        }
+        Statement::NOTIFY { channel, payload } => Parsed::Notify {
+            channel: normalize_ident(&channel),
+            payload: payload.unwrap_or_default(),
+        },
         Statement::Truncate(t) => {
-            let name = t.table_names.first().map(|n| object_name(&n.name)).unwrap_or_default();
+            let name = t
+                .table_names
+                .first()
+                .map(|n| object_name(&n.name))
+                .unwrap_or_default();
             Parsed::Refused(Error::unsupported(format!(
                 "TRUNCATE is not supported on stream \"{name}\"; use DELETE FROM {name} WHERE offset < n to drop a prefix"
             )))
         }
         other => {
             let text = other.to_string();
-            let verb = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+            let verb = text
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ");
             Parsed::Refused(Error::unsupported(format!("{verb} is not supported")))
         }
     })
@@ -287,13 +451,25 @@ pub fn append_only(name: &str) -> Error {
 fn classify_set(set: sqlparser::ast::Set) -> Parsed {
     use sqlparser::ast::Set as S;
     match set {
-        S::SingleAssignment { variable, values, .. } => {
+        S::SingleAssignment {
+            variable, values, ..
+        } => {
             let name = variable.to_string().to_lowercase();
-            let value = values.iter().map(expr_setting_value).collect::<Vec<_>>().join(", ");
+            let value = values
+                .iter()
+                .map(expr_setting_value)
+                .collect::<Vec<_>>()
+                .join(", ");
             Parsed::Set { name, value }
         }
-        S::SetTimeZone { value, .. } => Parsed::Set { name: "timezone".into(), value: expr_setting_value(&value) },
-        S::SetNames { charset_name, .. } => Parsed::Set { name: "client_encoding".into(), value: charset_name.to_string() },
+        S::SetTimeZone { value, .. } => Parsed::Set {
+            name: "timezone".into(),
+            value: expr_setting_value(&value),
+        },
+        S::SetNames { charset_name, .. } => Parsed::Set {
+            name: "client_encoding".into(),
+            value: charset_name.to_string(),
+        },
         _ => Parsed::NoOp("SET"),
     }
 }
@@ -318,50 +494,52 @@ fn classify_copy(
     values: Vec<Option<String>>,
 ) -> Result<Parsed> {
     if to {
-        return Ok(Parsed::Refused(Error::unsupported("COPY ... TO is not supported yet")));
+        if !matches!(target, CopyTarget::Stdout) {
+            return Ok(Parsed::Refused(Error::unsupported(
+                "COPY TO supports only STDOUT",
+            )));
+        }
+        let format = copy_format(options, legacy)?;
+        let query = match source {
+            CopySource::Query(q) => q,
+            CopySource::Table {
+                table_name,
+                columns,
+            } => {
+                let cols = if columns.is_empty() {
+                    "*".to_string()
+                } else {
+                    columns
+                        .iter()
+                        .map(|c| format!("\"{}\"", normalize_ident(c)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let sql = format!("SELECT {cols} FROM \"{}\"", object_name(&table_name));
+                match parse(&sql)?.pop() {
+                    Some(Parsed::Query(stmt)) => match *stmt {
+                        Statement::Query(q) => q,
+                        _ => return Err(Error::internal("COPY TO query did not parse")),
+                    },
+                    _ => return Err(Error::internal("COPY TO query did not parse")),
+                }
+            }
+        };
+        return Ok(Parsed::CopyTo { query, format });
     }
     if !matches!(target, CopyTarget::Stdin) {
-        return Ok(Parsed::Refused(Error::unsupported("COPY FROM supports only STDIN")));
+        return Ok(Parsed::Refused(Error::unsupported(
+            "COPY FROM supports only STDIN",
+        )));
     }
-    let CopySource::Table { table_name, columns } = source else {
+    let CopySource::Table {
+        table_name,
+        columns,
+    } = source
+    else {
         return Err(Error::syntax("COPY FROM needs a stream name"));
     };
-    let mut fmt = "text".to_string();
-    let (mut delimiter, mut null, mut quote, mut escape, mut header) = (None, None, '"', None, false);
-    for o in options {
-        match o {
-            CopyOption::Format(f) => fmt = f.value.to_lowercase(),
-            CopyOption::Delimiter(c) => delimiter = Some(c),
-            CopyOption::Null(s) => null = Some(s),
-            CopyOption::Header(h) => header = h,
-            CopyOption::Quote(c) => quote = c,
-            CopyOption::Escape(c) => escape = Some(c),
-            other => return Ok(Parsed::Refused(Error::unsupported(format!("COPY option {other} is not supported")))),
-        }
-    }
-    for o in legacy {
-        use sqlparser::ast::CopyLegacyOption as L;
-        match o {
-            L::Binary => fmt = "binary".into(),
-            L::Csv(_) => fmt = "csv".into(),
-            L::Delimiter(c) => delimiter = Some(c),
-            L::Null(s) => null = Some(s),
-            L::Header => header = true,
-            other => return Ok(Parsed::Refused(Error::unsupported(format!("COPY option {other} is not supported")))),
-        }
-    }
-    let format = match fmt.as_str() {
-        "text" => CopyFormat::Text { delimiter: delimiter.unwrap_or('\t'), null: null.unwrap_or_else(|| "\\N".into()) },
-        "csv" => CopyFormat::Csv {
-            delimiter: delimiter.unwrap_or(','),
-            quote,
-            escape: escape.unwrap_or(quote),
-            null: null.unwrap_or_default(),
-            header,
-        },
-        "binary" => CopyFormat::Binary,
-        other => return Err(Error::new(sqlstate::INVALID_PARAMETER_VALUE, format!("COPY format \"{other}\" not recognized"))),
-    };
+    let format = copy_format(options, legacy)?;
     let inline = if values.is_empty() {
         None
     } else {
@@ -374,7 +552,13 @@ fn classify_copy(
             CopyFormat::Binary => String::new(),
         };
         let _ = delim;
-        Some(values.into_iter().map(|v| v.unwrap_or_else(|| null_text.clone())).collect::<Vec<_>>().join("\t"))
+        Some(
+            values
+                .into_iter()
+                .map(|v| v.unwrap_or_else(|| null_text.clone()))
+                .collect::<Vec<_>>()
+                .join("\t"),
+        )
     };
     Ok(Parsed::CopyFrom(CopyFrom {
         stream: object_name(&table_name),
@@ -384,9 +568,70 @@ fn classify_copy(
     }))
 }
 
+fn copy_format(
+    options: Vec<CopyOption>,
+    legacy: Vec<sqlparser::ast::CopyLegacyOption>,
+) -> Result<CopyFormat> {
+    let mut fmt = "text".to_string();
+    let (mut delimiter, mut null, mut quote, mut escape, mut header) =
+        (None, None, '"', None, false);
+    for o in options {
+        match o {
+            CopyOption::Format(f) => fmt = f.value.to_lowercase(),
+            CopyOption::Delimiter(c) => delimiter = Some(c),
+            CopyOption::Null(s) => null = Some(s),
+            CopyOption::Header(h) => header = h,
+            CopyOption::Quote(c) => quote = c,
+            CopyOption::Escape(c) => escape = Some(c),
+            other => {
+                return Err(Error::unsupported(format!(
+                    "COPY option {other} is not supported"
+                )))
+            }
+        }
+    }
+    for o in legacy {
+        use sqlparser::ast::CopyLegacyOption as L;
+        match o {
+            L::Binary => fmt = "binary".into(),
+            L::Csv(_) => fmt = "csv".into(),
+            L::Delimiter(c) => delimiter = Some(c),
+            L::Null(s) => null = Some(s),
+            L::Header => header = true,
+            other => {
+                return Err(Error::unsupported(format!(
+                    "COPY option {other} is not supported"
+                )))
+            }
+        }
+    }
+    Ok(match fmt.as_str() {
+        "text" => CopyFormat::Text {
+            delimiter: delimiter.unwrap_or('\t'),
+            null: null.unwrap_or_else(|| "\\N".into()),
+        },
+        "csv" => CopyFormat::Csv {
+            delimiter: delimiter.unwrap_or(','),
+            quote,
+            escape: escape.unwrap_or(quote),
+            null: null.unwrap_or_default(),
+            header,
+        },
+        "binary" => CopyFormat::Binary,
+        other => {
+            return Err(Error::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("COPY format \"{other}\" not recognized"),
+            ))
+        }
+    })
+}
+
 fn stream_options(opts: &CreateTableOptions) -> Result<StreamOptions> {
     let list = match opts {
-        CreateTableOptions::With(l) | CreateTableOptions::Options(l) | CreateTableOptions::Plain(l) => l.as_slice(),
+        CreateTableOptions::With(l)
+        | CreateTableOptions::Options(l)
+        | CreateTableOptions::Plain(l) => l.as_slice(),
         _ => &[],
     };
     let mut o = StreamOptions::default();
@@ -415,9 +660,16 @@ fn stream_options(opts: &CreateTableOptions) -> Result<StreamOptions> {
 /// `'7 days'`, `'2 minutes'`, `'500ms'`, `'10s'` → milliseconds.
 pub fn parse_duration_ms(s: &str) -> Result<u64> {
     let t = s.trim().to_lowercase();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| Error::new(sqlstate::INVALID_PARAMETER_VALUE, format!("invalid duration \"{s}\"")))?;
+    let n: f64 = num.parse().map_err(|_| {
+        Error::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid duration \"{s}\""),
+        )
+    })?;
     let mult = match unit.trim() {
         "" | "ms" | "millisecond" | "milliseconds" => 1.0,
         "s" | "sec" | "secs" | "second" | "seconds" => 1e3,
@@ -425,7 +677,12 @@ pub fn parse_duration_ms(s: &str) -> Result<u64> {
         "h" | "hour" | "hours" => 3600e3,
         "d" | "day" | "days" => 86400e3,
         "w" | "week" | "weeks" => 7.0 * 86400e3,
-        _ => return Err(Error::new(sqlstate::INVALID_PARAMETER_VALUE, format!("invalid duration \"{s}\""))),
+        _ => {
+            return Err(Error::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("invalid duration \"{s}\""),
+            ))
+        }
     };
     Ok((n * mult) as u64)
 }
@@ -433,16 +690,28 @@ pub fn parse_duration_ms(s: &str) -> Result<u64> {
 /// `'10 GB'`, `'64MB'`, `'4096'` → bytes.
 pub fn parse_bytes(s: &str) -> Result<u64> {
     let t = s.trim().to_lowercase();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| Error::new(sqlstate::INVALID_PARAMETER_VALUE, format!("invalid size \"{s}\"")))?;
+    let n: f64 = num.parse().map_err(|_| {
+        Error::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid size \"{s}\""),
+        )
+    })?;
     let mult = match unit.trim() {
         "" | "b" | "bytes" => 1.0,
         "kb" | "kib" | "k" => 1024.0,
         "mb" | "mib" | "m" => 1024.0 * 1024.0,
         "gb" | "gib" | "g" => 1024.0 * 1024.0 * 1024.0,
         "tb" | "tib" | "t" => 1024.0f64.powi(4),
-        _ => return Err(Error::new(sqlstate::INVALID_PARAMETER_VALUE, format!("invalid size \"{s}\""))),
+        _ => {
+            return Err(Error::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("invalid size \"{s}\""),
+            ))
+        }
     };
     Ok((n * mult) as u64)
 }
@@ -453,8 +722,13 @@ mod tests {
 
     #[test]
     fn quotes_offset_only_where_it_is_a_column() {
-        let (s, _) = rewrite("SELECT offset, x FROM s WHERE offset > 1 ORDER BY offset LIMIT 5 OFFSET 2").unwrap();
-        assert_eq!(s, "SELECT \"offset\", x FROM s WHERE \"offset\" > 1 ORDER BY \"offset\" LIMIT 5 OFFSET 2");
+        let (s, _) =
+            rewrite("SELECT offset, x FROM s WHERE offset > 1 ORDER BY offset LIMIT 5 OFFSET 2")
+                .unwrap();
+        assert_eq!(
+            s,
+            "SELECT \"offset\", x FROM s WHERE \"offset\" > 1 ORDER BY \"offset\" LIMIT 5 OFFSET 2"
+        );
         let (s, _) = rewrite("select * from s offset $1").unwrap();
         assert_eq!(s, "select * from s offset $1");
         let (s, _) = rewrite("INSERT INTO s VALUES (1) RETURNING offset, ts").unwrap();
@@ -474,7 +748,10 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert!(matches!(p[1], Parsed::Query(_)));
-        assert!(matches!(parse("CREATE TABLE t (a int)").unwrap()[0], Parsed::Refused(_)));
+        assert!(matches!(
+            parse("CREATE TABLE t (a int)").unwrap()[0],
+            Parsed::Refused(_)
+        ));
     }
 
     #[test]

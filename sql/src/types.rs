@@ -134,7 +134,9 @@ impl ColumnType {
             "varchar" | "character varying" | "char varying" => {
                 ColumnType::Varchar(num_arg(0)?.map(|n| n.max(1) as u32))
             }
-            "char" | "character" | "bpchar" => ColumnType::Varchar(num_arg(0)?.map(|n| n.max(1) as u32)),
+            "char" | "character" | "bpchar" => {
+                ColumnType::Varchar(num_arg(0)?.map(|n| n.max(1) as u32))
+            }
             "bytea" => ColumnType::Bytea,
             "timestamptz" | "timestamp with time zone" => ColumnType::Timestamptz,
             "timestamp" | "timestamp without time zone" => ColumnType::Timestamp,
@@ -245,7 +247,9 @@ impl ColumnType {
             | ColumnType::Jsonb
             | ColumnType::Uuid => DataType::Utf8,
             ColumnType::Bytea => DataType::Binary,
-            ColumnType::Timestamptz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            ColumnType::Timestamptz => {
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+            }
             ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
             ColumnType::Date => DataType::Date32,
         }
@@ -283,10 +287,13 @@ impl ColumnType {
             DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => {
                 ColumnType::Numeric(Some(((*p).min(38), (*s).max(0))))
             }
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null => ColumnType::Text,
-            DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
-                ColumnType::Bytea
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null => {
+                ColumnType::Text
             }
+            DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::FixedSizeBinary(_) => ColumnType::Bytea,
             DataType::Timestamp(_, Some(_)) => ColumnType::Timestamptz,
             DataType::Timestamp(_, None) => ColumnType::Timestamp,
             DataType::Date32 | DataType::Date64 => ColumnType::Date,
@@ -315,7 +322,9 @@ impl ColumnType {
                 let v = i64::try_from(v).map_err(|_| out_of_range(s, "bigint"))?;
                 ScalarValue::Int64(Some(v))
             }
-            ColumnType::Float4 => ScalarValue::Float32(Some(parse_float(s).ok_or_else(bad)? as f32)),
+            ColumnType::Float4 => {
+                ScalarValue::Float32(Some(parse_float(s).ok_or_else(bad)? as f32))
+            }
             ColumnType::Float8 => ScalarValue::Float64(Some(parse_float(s).ok_or_else(bad)?)),
             ColumnType::Numeric(ps) => {
                 let (p, sc) = ps.unwrap_or(DEFAULT_NUMERIC);
@@ -371,9 +380,9 @@ impl ColumnType {
             return ScalarValue::try_from(self.arrow_type()).map_err(Error::from);
         }
         match &v {
-            ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => {
-                return self.parse_text(s)
-            }
+            ScalarValue::Utf8(Some(s))
+            | ScalarValue::LargeUtf8(Some(s))
+            | ScalarValue::Utf8View(Some(s)) => return self.parse_text(s),
             _ => {}
         }
         let target = self.arrow_type();
@@ -405,7 +414,10 @@ impl ColumnType {
                         | ScalarValue::Float64(_)
                         | ScalarValue::Decimal128(..)
                 )
-                | (ColumnType::Numeric(_), ScalarValue::Float32(_) | ScalarValue::Float64(_))
+                | (
+                    ColumnType::Numeric(_),
+                    ScalarValue::Float32(_) | ScalarValue::Float64(_)
+                )
                 | (
                     ColumnType::Timestamptz | ColumnType::Timestamp | ColumnType::Date,
                     ScalarValue::TimestampMicrosecond(..)
@@ -415,7 +427,13 @@ impl ColumnType {
                         | ScalarValue::Date32(_)
                         | ScalarValue::Date64(_)
                 )
-                | (ColumnType::Bytea, ScalarValue::Binary(_) | ScalarValue::LargeBinary(_) | ScalarValue::FixedSizeBinary(..) | ScalarValue::BinaryView(_))
+                | (
+                    ColumnType::Bytea,
+                    ScalarValue::Binary(_)
+                        | ScalarValue::LargeBinary(_)
+                        | ScalarValue::FixedSizeBinary(..)
+                        | ScalarValue::BinaryView(_)
+                )
         );
         if !ok {
             return Err(Error::new(
@@ -429,7 +447,9 @@ impl ColumnType {
                 ),
             ));
         }
-        if let (ColumnType::Numeric(_), ScalarValue::Float32(_) | ScalarValue::Float64(_)) = (self, &v) {
+        if let (ColumnType::Numeric(_), ScalarValue::Float32(_) | ScalarValue::Float64(_)) =
+            (self, &v)
+        {
             return self.parse_text(&v.to_string());
         }
         let cast = v.cast_to(&target).map_err(|_| {
@@ -463,7 +483,10 @@ impl ColumnType {
     pub fn validate_array(&self, array: &ArrayRef) -> Result<ArrayRef> {
         use arrow::array::{AsArray, StringArray};
         match self {
-            ColumnType::Varchar(Some(_)) | ColumnType::Json | ColumnType::Jsonb | ColumnType::Uuid => {
+            ColumnType::Varchar(Some(_))
+            | ColumnType::Json
+            | ColumnType::Jsonb
+            | ColumnType::Uuid => {
                 let strings = array.as_string::<i32>();
                 let mut out = Vec::with_capacity(strings.len());
                 for v in strings.iter() {
@@ -561,7 +584,11 @@ pub fn parse_decimal(s: &str, precision: u8, scale: i8) -> Result<i128> {
     {
         return Err(bad());
     }
-    let mut digits: Vec<u8> = int_part.bytes().chain(frac_part.bytes()).map(|b| b - b'0').collect();
+    let mut digits: Vec<u8> = int_part
+        .bytes()
+        .chain(frac_part.bytes())
+        .map(|b| b - b'0')
+        .collect();
     // value = digits * 10^(exp - frac_len); we want value * 10^scale
     let shift = exp - frac_part.len() as i32 + scale as i32;
     let mut round_up = false;
@@ -585,7 +612,10 @@ pub fn parse_decimal(s: &str, precision: u8, scale: i8) -> Result<i128> {
     };
     let mut v: i128 = 0;
     for d in digits {
-        v = v.checked_mul(10).and_then(|v| v.checked_add(d as i128)).ok_or_else(overflow)?;
+        v = v
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(d as i128))
+            .ok_or_else(overflow)?;
     }
     if round_up {
         v = v.checked_add(1).ok_or_else(overflow)?;
@@ -694,8 +724,14 @@ fn parse_zone(z: &str) -> Option<i32> {
         let parts: Vec<&str> = body.split(':').collect();
         (
             parts.first()?.parse::<i32>().ok()?,
-            parts.get(1).map(|p| p.parse::<i32>().ok()).unwrap_or(Some(0))?,
-            parts.get(2).map(|p| p.parse::<i32>().ok()).unwrap_or(Some(0))?,
+            parts
+                .get(1)
+                .map(|p| p.parse::<i32>().ok())
+                .unwrap_or(Some(0))?,
+            parts
+                .get(2)
+                .map(|p| p.parse::<i32>().ok())
+                .unwrap_or(Some(0))?,
         )
     } else if body.len() == 4 {
         (body[..2].parse().ok()?, body[2..].parse().ok()?, 0)
@@ -720,7 +756,11 @@ fn write_jsonb(v: &serde_json::Value, out: &mut String) {
     match v {
         serde_json::Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.as_bytes().cmp(b.as_bytes())));
+            keys.sort_by(|a, b| {
+                a.len()
+                    .cmp(&b.len())
+                    .then_with(|| a.as_bytes().cmp(b.as_bytes()))
+            });
             out.push('{');
             for (i, k) in keys.iter().enumerate() {
                 if i > 0 {
@@ -760,10 +800,22 @@ mod tests {
     #[test]
     fn parses_type_names() {
         assert_eq!(ColumnType::parse("INTEGER").unwrap(), ColumnType::Int4);
-        assert_eq!(ColumnType::parse("numeric(12, 2)").unwrap(), ColumnType::Numeric(Some((12, 2))));
-        assert_eq!(ColumnType::parse("character varying(5)").unwrap(), ColumnType::Varchar(Some(5)));
-        assert_eq!(ColumnType::parse("timestamp with time zone").unwrap(), ColumnType::Timestamptz);
-        assert_eq!(ColumnType::parse("nope").unwrap_err().code, sqlstate::UNDEFINED_OBJECT);
+        assert_eq!(
+            ColumnType::parse("numeric(12, 2)").unwrap(),
+            ColumnType::Numeric(Some((12, 2)))
+        );
+        assert_eq!(
+            ColumnType::parse("character varying(5)").unwrap(),
+            ColumnType::Varchar(Some(5))
+        );
+        assert_eq!(
+            ColumnType::parse("timestamp with time zone").unwrap(),
+            ColumnType::Timestamptz
+        );
+        assert_eq!(
+            ColumnType::parse("nope").unwrap_err().code,
+            sqlstate::UNDEFINED_OBJECT
+        );
     }
 
     #[test]
@@ -772,8 +824,14 @@ mod tests {
         assert_eq!(parse_decimal("-10.505", 12, 2).unwrap(), -1051);
         assert_eq!(parse_decimal("3", 12, 2).unwrap(), 300);
         assert_eq!(parse_decimal("1e2", 12, 2).unwrap(), 10000);
-        assert_eq!(parse_decimal("123", 3, 1).unwrap_err().code, sqlstate::NUMERIC_VALUE_OUT_OF_RANGE);
-        assert_eq!(parse_decimal("abc", 3, 1).unwrap_err().code, sqlstate::INVALID_TEXT_REPRESENTATION);
+        assert_eq!(
+            parse_decimal("123", 3, 1).unwrap_err().code,
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE
+        );
+        assert_eq!(
+            parse_decimal("abc", 3, 1).unwrap_err().code,
+            sqlstate::INVALID_TEXT_REPRESENTATION
+        );
     }
 
     #[test]
@@ -790,14 +848,25 @@ mod tests {
     fn text_input_validation() {
         assert!(ColumnType::Uuid.parse_text("not-a-uuid").is_err());
         assert_eq!(
-            ColumnType::Varchar(Some(2)).parse_text("abc").unwrap_err().code,
+            ColumnType::Varchar(Some(2))
+                .parse_text("abc")
+                .unwrap_err()
+                .code,
             sqlstate::STRING_DATA_RIGHT_TRUNCATION
         );
-        assert_eq!(ColumnType::Int2.parse_text("70000").unwrap_err().code, sqlstate::NUMERIC_VALUE_OUT_OF_RANGE);
         assert_eq!(
-            ColumnType::Jsonb.parse_text("{\"b\":1,\"a\":[1,2]}").unwrap(),
+            ColumnType::Int2.parse_text("70000").unwrap_err().code,
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE
+        );
+        assert_eq!(
+            ColumnType::Jsonb
+                .parse_text("{\"b\":1,\"a\":[1,2]}")
+                .unwrap(),
             ScalarValue::Utf8(Some("{\"a\": [1, 2], \"b\": 1}".into()))
         );
-        assert_eq!(ColumnType::Bytea.parse_text("\\x0aff").unwrap(), ScalarValue::Binary(Some(vec![10, 255])));
+        assert_eq!(
+            ColumnType::Bytea.parse_text("\\x0aff").unwrap(),
+            ScalarValue::Binary(Some(vec![10, 255]))
+        );
     }
 }

@@ -172,6 +172,11 @@ async fn write_until_broken(client: Client, round: i32, writer: i32) -> WriterLo
             Ok(Ok(returned)) => log
                 .acked
                 .push((stmt, returned.iter().map(|r| r.get(0)).collect())),
+            // The server sends no error when it is killed: an error it did
+            // send is a bug, not the crash.
+            Ok(Err(e)) if e.as_db_error().is_some() => {
+                panic!("writer {writer}: INSERT failed with a server error: {e:?}")
+            }
             Ok(Err(_)) | Err(_) => {
                 log.unknown = Some(stmt);
                 break;

@@ -5,8 +5,9 @@
 //! empty string is `(empty)`. Errors display as `SQLSTATE: message`, so a
 //! file can say `statement error 0A000: .*append-only`. Column type letters
 //! (`query ITR`) are checked for their count only: the simple protocol does
-//! not tell us the column types. Set `SLT_FILTER=word` to run only the files
-//! whose name contains `word`.
+//! not tell us the column types. A `connection name` line applies to the one
+//! record after it (sqllogictest's rule). Set `SLT_FILTER=word` to run only
+//! the files whose name contains `word`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -28,7 +28,10 @@ use crate::log_store::LogStore;
 use crate::logging;
 use crate::metrics::Metrics;
 
-type Reply<R> = oneshot::Sender<std::result::Result<R, ProposeError>>;
+type Outcome<R> = std::result::Result<R, ProposeError>;
+type Reply<R> = oneshot::Sender<Outcome<R>>;
+/// An answer ready to send once the status is published.
+type Answer<R> = (Reply<R>, Outcome<R>);
 
 /// A command waiting in the proposal queue.
 pub(crate) struct Proposal<R> {
@@ -234,7 +237,25 @@ impl<SM: StateMachine> Driver<SM> {
         }
     }
 
+    /// Applies committed entries, then publishes the status and only then answers their
+    /// waiters, so a proposer that hears back sees a status covering its entry.
     fn apply(&mut self, entries: Vec<Entry>) -> Result<()> {
+        let mut replies = Vec::new();
+        let result = self.apply_entries(entries, &mut replies);
+        if !replies.is_empty() {
+            self.publish_status();
+        }
+        for (reply, outcome) in replies {
+            let _ = reply.send(outcome);
+        }
+        result
+    }
+
+    fn apply_entries(
+        &mut self,
+        entries: Vec<Entry>,
+        replies: &mut Vec<Answer<SM::Response>>,
+    ) -> Result<()> {
         for entry in entries {
             let (index, term) = (entry.index, entry.term);
             Metrics::add(&self.metrics.committed_entries, 1);
@@ -269,7 +290,7 @@ impl<SM: StateMachine> Driver<SM> {
                         waiter.term
                     ))),
                 };
-                let _ = waiter.reply.send(outcome);
+                replies.push((waiter.reply, outcome));
             }
         }
         Ok(())
@@ -318,8 +339,8 @@ impl<SM: StateMachine> Driver<SM> {
         let reason = err.to_string();
         tracing::error!(id = self.config.id, error = %reason, "raft node poisoned; refusing writes");
         self.poisoned = Some(reason.clone());
-        self.fail_waiters(|| ProposeError::Failed(reason.clone()));
         self.publish_status();
+        self.fail_waiters(|| ProposeError::Failed(reason.clone()));
     }
 
     fn fail_waiters(&mut self, err: impl Fn() -> ProposeError) {

@@ -1,0 +1,99 @@
+//! One client connection: pgwire's message handling, plus asynchronous
+//! notifications.
+//!
+//! pgwire's own `process_socket` only ever waits on the socket, so a
+//! notification could reach an idle client only after its next query.
+//! This loop waits on both the socket and the session's notification queue
+//! and sends a NotificationResponse as soon as the connection is idle
+//! (ready for a query, outside a transaction block — as PostgreSQL
+//! delivers them). The queue is bounded (see `sluice_sql::notify`).
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use pgwire::api::{ClientInfo, PgWireConnectionState};
+use pgwire::messages::response::{NotificationResponse, TransactionStatus};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
+use sluice_sql::notify::Notification;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use crate::handler::{Backend, Prepared, SessionSlot};
+
+/// A client must finish startup within this time.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub async fn serve(tcp: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
+    let deadline = tokio::time::Instant::now() + STARTUP_TIMEOUT;
+    let negotiated =
+        tokio::time::timeout_at(deadline, negotiate_tls::<Arc<Prepared>>(tcp, None)).await;
+    let Ok(Ok(Some(mut socket))) = negotiated else {
+        return Ok(());
+    };
+
+    let mut notifications: Option<mpsc::Receiver<Notification>> = None;
+    let mut started = false;
+
+    loop {
+        let in_startup = matches!(
+            socket.state(),
+            PgWireConnectionState::AwaitingStartup
+                | PgWireConnectionState::AuthenticationInProgress
+        );
+        if !started && !in_startup {
+            started = true;
+            if let Some(slot) = socket.session_extensions().get::<SessionSlot>() {
+                notifications = slot.0.lock().await.take_notifications();
+            }
+        }
+        let idle = matches!(socket.state(), PgWireConnectionState::ReadyForQuery)
+            && matches!(socket.transaction_status(), TransactionStatus::Idle);
+        let msg = tokio::select! {
+            m = socket.next() => m,
+            n = next_notification(&mut notifications), if idle && notifications.is_some() => {
+                match n {
+                    Some(n) => {
+                        socket
+                            .send(PgWireBackendMessage::NotificationResponse(NotificationResponse::new(n.pid, n.channel, n.payload)))
+                            .await?;
+                    }
+                    None => notifications = None,
+                }
+                continue;
+            }
+            _ = tokio::time::sleep_until(deadline), if in_startup => return Ok(()),
+        };
+        let Some(Ok(msg)) = msg else { break };
+        if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
+            break;
+        }
+        let is_extended = match socket.state() {
+            PgWireConnectionState::CopyInProgress(extended) => extended,
+            _ => msg.is_extended_query(),
+        };
+        if let Err(e) = process_message(
+            msg,
+            &mut socket,
+            backend.clone(),
+            backend.clone(),
+            backend.clone(),
+            backend.clone(),
+            backend.clone(),
+        )
+        .await
+        {
+            process_error(&mut socket, e, is_extended).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn next_notification(rx: &mut Option<mpsc::Receiver<Notification>>) -> Option<Notification> {
+    match rx.as_mut() {
+        Some(r) => r.recv().await,
+        None => futures::future::pending().await,
+    }
+}

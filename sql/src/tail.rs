@@ -1,0 +1,556 @@
+//! Tails: following a stream as rows commit.
+//!
+//! A query is tailable when it reads one stream, bounds `offset` from below
+//! and not from above, and has no aggregation, join, grouping or ordering
+//! other than by offset. A [`Tail`] runs such a query chunk by chunk: for
+//! each committed range `[pos, end)` it plans the user's query with that
+//! range added to its WHERE and lets DataFusion do projection and
+//! filtering. Positions advance by offset range, so rows are delivered
+//! exactly once and in offset order whatever the filter keeps. A tail holds
+//! at most one chunk of rows; it reads ahead only when asked, so a client
+//! that stops reading stops the tail (TCP backpressure) and costs nothing.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::execution::context::SessionContext;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::scalar::ScalarValue;
+use datafusion::sql::parser::Statement as DFStatement;
+use futures::StreamExt;
+use sqlparser::ast::{
+    BinaryOperator, Expr, Ident, LimitClause, Query, SetExpr, Statement, TableFactor, Value,
+};
+use tokio::sync::watch;
+
+use crate::catalog::{Catalog, Stream, OFFSET_COLUMN};
+use crate::error::{sqlstate, Error, Result};
+use crate::statement::{self, sqlparser};
+
+/// Offsets covered by one planned chunk.
+const CHUNK_OFFSETS: u64 = 65_536;
+
+/// A tailable query, recognized.
+#[derive(Debug, Clone)]
+pub struct TailSpec {
+    pub stream: String,
+    /// The query without LIMIT and ORDER BY.
+    pub query: Query,
+    /// First offset to deliver.
+    pub from: u64,
+    pub limit: Option<usize>,
+}
+
+/// Recognize a tailable query (see the module docs); `None` means it runs
+/// as an ordinary snapshot.
+pub fn tail_spec(q: &Query, params: &[ScalarValue]) -> Option<TailSpec> {
+    if q.with.is_some() || q.fetch.is_some() || !q.locks.is_empty() {
+        return None;
+    }
+    let SetExpr::Select(select) = q.body.as_ref() else {
+        return None;
+    };
+    if select.from.len() != 1
+        || !select.from[0].joins.is_empty()
+        || select.distinct.is_some()
+        || select.having.is_some()
+        || !matches!(&select.group_by, sqlparser::ast::GroupByExpr::Expressions(e, _) if e.is_empty())
+    {
+        return None;
+    }
+    let TableFactor::Table {
+        name, args: None, ..
+    } = &select.from[0].relation
+    else {
+        return None;
+    };
+    let stream = statement::table_name(name);
+    if select.projection.iter().any(has_aggregate_or_window) {
+        return None;
+    }
+    if let Some(ob) = &q.order_by {
+        match &ob.kind {
+            sqlparser::ast::OrderByKind::Expressions(exprs) => {
+                let only_offset_asc = exprs
+                    .iter()
+                    .all(|e| is_offset(&e.expr) && e.options.asc != Some(false));
+                if !only_offset_asc {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+    }
+    let selection = select.selection.as_ref()?;
+    let mut lower: Option<u64> = None;
+    let mut conjuncts = Vec::new();
+    split_and(selection, &mut conjuncts);
+    for c in &conjuncts {
+        match c {
+            Expr::BinaryOp { left, op, right } => {
+                let (col, op, val) = if is_offset(left) {
+                    (true, op.clone(), right.as_ref())
+                } else if is_offset(right) {
+                    (true, flip(op)?, left.as_ref())
+                } else {
+                    (false, op.clone(), right.as_ref())
+                };
+                if !col {
+                    continue;
+                }
+                let n = literal_i128(val, params)?;
+                match op {
+                    BinaryOperator::Gt => {
+                        lower = Some(lower.unwrap_or(0).max((n + 1).max(0) as u64))
+                    }
+                    BinaryOperator::GtEq => lower = Some(lower.unwrap_or(0).max(n.max(0) as u64)),
+                    _ => return None, // an upper bound or equality: a snapshot
+                }
+            }
+            Expr::Between { expr, .. } if is_offset(expr) => return None,
+            _ => {}
+        }
+    }
+    let from = lower?;
+    let limit = match &q.limit_clause {
+        None => None,
+        Some(LimitClause::LimitOffset {
+            limit,
+            offset: None,
+            limit_by,
+        }) if limit_by.is_empty() => match limit {
+            None => None,
+            Some(e) => Some(literal_i128(e, params)?.max(0) as usize),
+        },
+        Some(_) => return None,
+    };
+    let mut query = q.clone();
+    query.limit_clause = None;
+    query.order_by = None;
+    Some(TailSpec {
+        stream,
+        query,
+        from,
+        limit,
+    })
+}
+
+fn has_aggregate_or_window(item: &sqlparser::ast::SelectItem) -> bool {
+    let text = item.to_string().to_lowercase();
+    [
+        "count(",
+        "sum(",
+        "avg(",
+        "min(",
+        "max(",
+        "array_agg(",
+        "string_agg(",
+        " over ",
+        "over(",
+        "bool_and(",
+        "bool_or(",
+        "stddev",
+        "variance(",
+        "median(",
+        "first_value(",
+        "last_value(",
+    ]
+    .iter()
+    .any(|f| text.contains(f))
+}
+
+fn split_and<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            split_and(left, out);
+            split_and(right, out);
+        }
+        Expr::Nested(inner) => split_and(inner, out),
+        other => out.push(other),
+    }
+}
+
+fn is_offset(e: &Expr) -> bool {
+    match e {
+        Expr::Identifier(id) => statement::normalize_ident(id) == OFFSET_COLUMN,
+        Expr::CompoundIdentifier(ids) => ids
+            .last()
+            .map(|i| statement::normalize_ident(i) == OFFSET_COLUMN)
+            .unwrap_or(false),
+        Expr::Nested(inner) => is_offset(inner),
+        _ => false,
+    }
+}
+
+fn flip(op: &BinaryOperator) -> Option<BinaryOperator> {
+    Some(match op {
+        BinaryOperator::Lt => BinaryOperator::Gt,
+        BinaryOperator::LtEq => BinaryOperator::GtEq,
+        BinaryOperator::Gt => BinaryOperator::Lt,
+        BinaryOperator::GtEq => BinaryOperator::LtEq,
+        BinaryOperator::Eq => BinaryOperator::Eq,
+        _ => return None,
+    })
+}
+
+fn literal_i128(e: &Expr, params: &[ScalarValue]) -> Option<i128> {
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::Number(n, _) => n.parse().ok(),
+            Value::SingleQuotedString(s) => s.trim().parse().ok(),
+            Value::Placeholder(p) => {
+                let i: usize = p.trim_start_matches('$').parse().ok()?;
+                match params.get(i.checked_sub(1)?)? {
+                    ScalarValue::Int16(Some(x)) => Some(*x as i128),
+                    ScalarValue::Int32(Some(x)) => Some(*x as i128),
+                    ScalarValue::Int64(Some(x)) => Some(*x as i128),
+                    ScalarValue::Utf8(Some(s)) => s.trim().parse().ok(),
+                    ScalarValue::Decimal128(Some(x), _, s) => Some(*x / 10i128.pow(*s as u32)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        },
+        Expr::UnaryOp {
+            op: sqlparser::ast::UnaryOperator::Minus,
+            expr,
+        } => literal_i128(expr, params).map(|v| -v),
+        Expr::Nested(inner) => literal_i128(inner, params),
+        Expr::Cast { expr, .. } => literal_i128(expr, params),
+        _ => None,
+    }
+}
+
+/// Signals a running statement that the client asked to cancel it.
+#[derive(Debug, Clone)]
+pub struct CancelWatch {
+    rx: watch::Receiver<u64>,
+    seen: u64,
+}
+
+impl CancelWatch {
+    pub fn new(rx: watch::Receiver<u64>) -> CancelWatch {
+        let seen = *rx.borrow();
+        CancelWatch { rx, seen }
+    }
+
+    pub fn cancelled(&self) -> bool {
+        *self.rx.borrow() != self.seen
+    }
+
+    /// Resolves when a cancel arrives (never, if the sender is gone).
+    pub async fn wait(&mut self) {
+        loop {
+            if self.cancelled() {
+                return;
+            }
+            if self.rx.changed().await.is_err() {
+                futures::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+pub fn cancelled_error() -> Error {
+    Error::new(
+        sqlstate::QUERY_CANCELED,
+        "canceling statement due to user request",
+    )
+}
+
+/// A running tail over one stream.
+pub struct Tail {
+    catalog: Arc<Catalog>,
+    stream: Arc<Stream>,
+    ctx: SessionContext,
+    query: Query,
+    params: Vec<ScalarValue>,
+    pos: u64,
+    remaining: Option<usize>,
+    buffered: VecDeque<RecordBatch>,
+    advanced: watch::Receiver<u64>,
+    schema: SchemaRef,
+}
+
+impl std::fmt::Debug for Tail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tail")
+            .field("stream", &self.stream.name())
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
+impl Tail {
+    pub async fn start(
+        catalog: Arc<Catalog>,
+        ctx: SessionContext,
+        spec: TailSpec,
+        params: Vec<ScalarValue>,
+    ) -> Result<Tail> {
+        let stream = catalog
+            .get(&spec.stream)
+            .ok_or_else(|| Error::undefined_table(&spec.stream))?;
+        let advanced = stream.subscribe();
+        let mut tail = Tail {
+            catalog,
+            stream,
+            ctx,
+            query: spec.query,
+            params,
+            pos: spec.from,
+            remaining: spec.limit,
+            buffered: VecDeque::new(),
+            advanced,
+            schema: Arc::new(arrow::datatypes::Schema::empty()),
+        };
+        // plan an empty range once: validates the query and fixes the schema
+        let (schema, _) = tail.run_chunk(0, 0).await?;
+        tail.schema = schema;
+        Ok(tail)
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// Next offset the tail will look at.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// The LIMIT has been reached.
+    pub fn finished(&self) -> bool {
+        self.remaining == Some(0)
+    }
+
+    async fn run_chunk(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Result<(SchemaRef, SendableRecordBatchStream)> {
+        let mut q = self.query.clone();
+        if let SetExpr::Select(select) = q.body.as_mut() {
+            let range = range_expr(from, to);
+            select.selection = Some(match select.selection.take() {
+                Some(orig) => Expr::BinaryOp {
+                    left: Box::new(Expr::Nested(Box::new(orig))),
+                    op: BinaryOperator::And,
+                    right: Box::new(range),
+                },
+                None => range,
+            });
+        }
+        let stmt = Statement::Query(Box::new(q));
+        let mut plan = self
+            .ctx
+            .state()
+            .statement_to_plan(DFStatement::Statement(Box::new(stmt)))
+            .await?;
+        if !self.params.is_empty() {
+            plan = plan.with_param_values(self.params.clone())?;
+        }
+        let df = self.ctx.execute_logical_plan(plan).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        Ok((schema, df.execute_stream().await?))
+    }
+
+    fn check_stream(&self) -> Result<()> {
+        match self.catalog.get(self.stream.name()) {
+            Some(s) if s.def.id == self.stream.def.id => {}
+            _ => {
+                return Err(Error::new(
+                    sqlstate::UNDEFINED_TABLE,
+                    format!(
+                        "stream \"{}\" was dropped while being tailed",
+                        self.stream.name()
+                    ),
+                ))
+            }
+        }
+        let first = self.stream.log.first_offset();
+        if self.pos < first {
+            return Err(Error::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!(
+                    "offset {} of stream \"{}\" is no longer retained: the first retained offset is {first}",
+                    self.pos,
+                    self.stream.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rows committed now, at most `max_rows`; never waits for new commits.
+    pub async fn poll(&mut self, max_rows: usize) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        let mut want = match self.remaining {
+            Some(r) => max_rows.min(r),
+            None => max_rows,
+        };
+        while want > 0 {
+            if let Some(b) = self.buffered.pop_front() {
+                let take = b.num_rows().min(want);
+                if take < b.num_rows() {
+                    self.buffered.push_front(b.slice(take, b.num_rows() - take));
+                }
+                want -= take;
+                if let Some(r) = self.remaining.as_mut() {
+                    *r -= take;
+                }
+                out.push(b.slice(0, take));
+                continue;
+            }
+            self.check_stream()?;
+            let end = self.stream.log.next_offset();
+            if self.pos >= end {
+                break;
+            }
+            let to = end.min(self.pos + CHUNK_OFFSETS);
+            let (_, mut rows) = self.run_chunk(self.pos, to).await?;
+            while let Some(b) = rows.next().await {
+                let b = b?;
+                if b.num_rows() > 0 {
+                    self.buffered.push_back(b);
+                }
+            }
+            self.pos = to;
+        }
+        Ok(out)
+    }
+
+    /// Wait until rows past the position are committed, the timeout passes
+    /// (false), or the client cancels (error).
+    pub async fn wait(
+        &mut self,
+        timeout: Option<Duration>,
+        cancel: &mut CancelWatch,
+    ) -> Result<bool> {
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        loop {
+            if !self.buffered.is_empty() || self.stream.log.next_offset() > self.pos {
+                return Ok(true);
+            }
+            self.check_stream()?;
+            // wake at least every second to notice a dropped stream
+            let tick = tokio::time::Instant::now() + Duration::from_secs(1);
+            let until = deadline.map(|d| d.min(tick)).unwrap_or(tick);
+            tokio::select! {
+                _ = self.advanced.changed() => {}
+                _ = tokio::time::sleep_until(until) => {}
+                _ = cancel.wait() => return Err(cancelled_error()),
+            }
+            if let Some(d) = deadline {
+                if tokio::time::Instant::now() >= d
+                    && self.stream.log.next_offset() <= self.pos
+                    && self.buffered.is_empty()
+                {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    /// The tail as an endless stream of batches (until LIMIT, cancel or error).
+    pub fn into_stream(self, cancel: CancelWatch) -> SendableRecordBatchStream {
+        let schema = self.schema.clone();
+        let s = futures::stream::unfold(
+            (self, cancel, false),
+            |(mut tail, mut cancel, done)| async move {
+                if done || tail.finished() {
+                    return None;
+                }
+                loop {
+                    if cancel.cancelled() {
+                        return Some((Err(cancelled_error()), (tail, cancel, true)));
+                    }
+                    match tail.poll(8192).await {
+                        Err(e) => return Some((Err(e), (tail, cancel, true))),
+                        Ok(batches) if !batches.is_empty() => {
+                            let schema = tail.schema();
+                            let batch = match arrow::compute::concat_batches(&schema, &batches) {
+                                Ok(b) => Ok(b),
+                                Err(e) => Err(Error::from(e)),
+                            };
+                            return Some((batch, (tail, cancel, false)));
+                        }
+                        Ok(_) => {
+                            if tail.finished() {
+                                return None;
+                            }
+                            if let Err(e) = tail.wait(None, &mut cancel).await {
+                                return Some((Err(e), (tail, cancel, true)));
+                            }
+                        }
+                    }
+                }
+            },
+        );
+        let s = s.map(|r| r.map_err(|e| datafusion::error::DataFusionError::External(Box::new(e))));
+        Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, s))
+    }
+}
+
+fn range_expr(from: u64, to: u64) -> Expr {
+    let col = || Box::new(Expr::Identifier(Ident::with_quote('"', OFFSET_COLUMN)));
+    let num = |n: u64| Box::new(Expr::value(Value::Number(n.to_string(), false)));
+    Expr::BinaryOp {
+        left: Box::new(Expr::BinaryOp {
+            left: col(),
+            op: BinaryOperator::GtEq,
+            right: num(from),
+        }),
+        op: BinaryOperator::And,
+        right: Box::new(Expr::BinaryOp {
+            left: col(),
+            op: BinaryOperator::Lt,
+            right: num(to),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::statement::Parsed;
+
+    fn spec(sql: &str) -> Option<TailSpec> {
+        match statement::parse(sql).unwrap().remove(0) {
+            Parsed::Query(stmt) => match *stmt {
+                Statement::Query(q) => tail_spec(&q, &[ScalarValue::Int64(Some(7))]),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn recognizes_tailable_queries() {
+        let s = spec("SELECT offset, customer FROM orders WHERE offset > 1").unwrap();
+        assert_eq!((s.stream.as_str(), s.from, s.limit), ("orders", 2, None));
+        let s = spec("SELECT * FROM orders WHERE amount > 3 AND offset >= $1 LIMIT 5").unwrap();
+        assert_eq!((s.from, s.limit), (7, Some(5)));
+        assert_eq!(
+            spec("SELECT * FROM orders WHERE 10 < offset").unwrap().from,
+            11
+        );
+    }
+
+    #[test]
+    fn everything_else_is_a_snapshot() {
+        assert!(spec("SELECT * FROM orders").is_none());
+        assert!(spec("SELECT * FROM orders WHERE offset > 1 AND offset < 10").is_none());
+        assert!(spec("SELECT count(*) FROM orders WHERE offset > 1").is_none());
+        assert!(spec("SELECT * FROM orders WHERE offset > 1 ORDER BY amount").is_none());
+        assert!(spec("SELECT * FROM a JOIN b ON a.x = b.x WHERE offset > 1").is_none());
+        assert!(spec("SELECT * FROM orders WHERE offset = 5").is_none());
+    }
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole test suite: Rust unit and end-to-end tests, then the Python
+# driver tests against the real `sluice` binary. Installs what it needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+target=${CARGO_TARGET_DIR:-$root/target}
+
+echo "== building sluice (debug)"
+cargo build --workspace --bins
+
+echo "== installing Python test dependencies"
+venv="$target/pyenv"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+
+echo "== cargo test"
+set +e
+cargo test --workspace 2>&1 | tee "$target/cargo-test.log"
+rust_status=${PIPESTATUS[0]}
+
+echo "== pytest"
+SLUICE_BIN="$target/debug/sluice" "$venv/bin/python" -m pytest -q tests/python 2>&1 | tee "$target/pytest.log"
+py_status=${PIPESTATUS[0]}
+set -e
+
+# One closing line over both runners.
+rust_passed=$(grep -Eo '[0-9]+ passed' "$target/cargo-test.log" | awk '{s+=$1} END {print s+0}')
+rust_failed=$(grep -Eo '[0-9]+ failed' "$target/cargo-test.log" | awk '{s+=$1} END {print s+0}')
+py_passed=$(grep -Eo '[0-9]+ passed' "$target/pytest.log" | tail -1 | awk '{print $1+0}')
+py_failed=$(grep -Eo '[0-9]+ failed' "$target/pytest.log" | tail -1 | awk '{print $1+0}')
+passed=$((rust_passed + ${py_passed:-0}))
+failed=$((rust_failed + ${py_failed:-0}))
+echo
+echo "Summary: $passed passed, $failed failed"
+if [ "$rust_status" -ne 0 ] || [ "$py_status" -ne 0 ] || [ "$failed" -ne 0 ]; then
+  exit 1
+fi
