@@ -20,6 +20,8 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use tokio_postgres::{Client, NoTls};
 
+mod tail;
+
 #[derive(Parser)]
 #[command(
     name = "sluice-bench",
@@ -81,6 +83,29 @@ enum Mode {
         #[arg(long, default_value_t = 10.0)]
         seconds: f64,
     },
+    /// Commit-acknowledged → received-by-a-COPY-tail latency at a fixed rate (Sluice only)
+    TailLatency {
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value_t = 3000.0)]
+        rate: f64,
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+    },
+    /// Append throughput with and without a COPY tail that never reads (Sluice only)
+    StalledTail {
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value_t = 100_000)]
+        rows: u64,
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+        /// Server pid, to report its resident memory
+        #[arg(long)]
+        server_pid: Option<u32>,
+    },
 }
 
 #[derive(Serialize)]
@@ -93,6 +118,8 @@ struct SweepPoint {
     acknowledged: u64,
     rows_per_sec: f64,
     mib_per_sec: f64,
+    /// Sluice only: committed rows per Raft-log fsync during the point.
+    rows_per_fsync: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -109,7 +136,7 @@ struct LatencyRun {
     max_us: u64,
 }
 
-async fn connect(url: &str) -> Result<Client, String> {
+pub(crate) async fn connect(url: &str) -> Result<Client, String> {
     let (client, conn) = tokio_postgres::connect(url, NoTls)
         .await
         .map_err(|e| format!("connect {url}: {e}"))?;
@@ -144,6 +171,19 @@ fn payload(size: usize) -> String {
     "x".repeat(size)
 }
 
+/// Sluice's log fsync counter, from `sluice_stats`.
+async fn log_fsyncs(c: &Common) -> Result<Option<i64>, String> {
+    if !matches!(c.target, Target::Sluice) {
+        return Ok(None);
+    }
+    let client = connect(&c.url).await?;
+    let row = client
+        .query_one("SELECT value FROM sluice_stats WHERE metric = 'log_fsyncs'", &[])
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Some(row.get(0)))
+}
+
 async fn sweep(
     common: Common,
     counts: Vec<usize>,
@@ -152,6 +192,7 @@ async fn sweep(
     let mut out = Vec::new();
     for n in counts {
         setup(&common).await?;
+        let fsyncs_before = log_fsyncs(&common).await?;
         let mut clients = Vec::with_capacity(n);
         for _ in 0..n {
             clients.push(connect(&common.url).await?);
@@ -183,6 +224,10 @@ async fn sweep(
         }
         let elapsed = start.elapsed().as_secs_f64();
         let acknowledged = acked.load(Ordering::Relaxed);
+        let rows_per_fsync = match (fsyncs_before, log_fsyncs(&common).await?) {
+            (Some(a), Some(b)) if b > a => Some(acknowledged as f64 / (b - a) as f64),
+            _ => None,
+        };
         let rows_per_sec = acknowledged as f64 / elapsed;
         eprintln!(
             "{:>10} {:>4} connections: {:>10.0} rows/s",
@@ -199,6 +244,7 @@ async fn sweep(
             acknowledged,
             rows_per_sec,
             mib_per_sec: rows_per_sec * common.size as f64 / (1024.0 * 1024.0),
+            rows_per_fsync,
         });
     }
     Ok(out)
@@ -273,6 +319,31 @@ async fn latency(
 async fn main() {
     let cli = Cli::parse();
     let result = match cli.mode {
+        Mode::TailLatency { url, rate, seconds, size } => tail::tail_latency(&url, rate, seconds, size).await.map(|r| {
+            let cols: Vec<String> = r.percentiles_us.iter().map(|(q, _)| q.clone()).collect();
+            println!("| tail latency | rate | {} | max |", cols.join(" | "));
+            println!("|---|---|{}---|", "---|".repeat(cols.len()));
+            let vals: Vec<String> = r.percentiles_us.iter().map(|(_, v)| format!("{:.2}ms", *v as f64 / 1000.0)).collect();
+            println!("| commit → tail | {}/s | {} | {:.2}ms |", r.rate, vals.join(" | "), r.max_us as f64 / 1000.0);
+            serde_json::to_string(&r).unwrap_or_default()
+        }),
+        Mode::StalledTail { url, rows, connections, server_pid } => {
+            tail::stalled_tail(&url, rows, connections, server_pid).await.map(|r| {
+                println!("| rows | connections | no tail rows/s | stalled tail rows/s | ratio | server RSS before → after |");
+                println!("|---|---|---|---|---|---|");
+                println!(
+                    "| {} | {} | {:.0} | {:.0} | {:.3} | {} → {} KiB |",
+                    r.rows,
+                    r.connections,
+                    r.baseline_rows_per_sec,
+                    r.stalled_rows_per_sec,
+                    r.ratio,
+                    r.rss_before_kib.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
+                    r.rss_after_kib.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
+                );
+                serde_json::to_string(&r).unwrap_or_default()
+            })
+        }
         Mode::Sweep {
             common,
             connections,
@@ -284,12 +355,18 @@ async fn main() {
                 .collect();
             match counts {
                 Ok(counts) => sweep(common, counts, seconds).await.map(|points| {
-                    println!("| target | label | size | connections | rows/s | MiB/s |");
-                    println!("|---|---|---|---|---|---|");
+                    println!("| target | label | size | connections | rows/s | MiB/s | rows/fsync |");
+                    println!("|---|---|---|---|---|---|---|");
                     for p in &points {
                         println!(
-                            "| {:?} | {} | {} | {} | {:.0} | {:.1} |",
-                            p.target, p.label, p.size, p.connections, p.rows_per_sec, p.mib_per_sec
+                            "| {:?} | {} | {} | {} | {:.0} | {:.1} | {} |",
+                            p.target,
+                            p.label,
+                            p.size,
+                            p.connections,
+                            p.rows_per_sec,
+                            p.mib_per_sec,
+                            p.rows_per_fsync.map(|r| format!("{r:.1}")).unwrap_or_else(|| "-".into())
                         );
                     }
                     serde_json::to_string(&points).unwrap_or_default()

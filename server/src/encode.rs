@@ -589,7 +589,7 @@ pub fn decode_numeric_binary(b: &[u8]) -> Option<String> {
     }
     // groups between the last digit and the decimal point are zeros
     let last_pos = weight - n as i32 + 1;
-    if last_pos > 0 {
+    if n > 0 && last_pos > 0 {
         for _ in 0..last_pos {
             int.push_str("0000");
         }

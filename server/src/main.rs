@@ -87,6 +87,10 @@ async fn serve(config: Config) -> Result<(), String> {
     };
     let engine = Engine::open(engine_config)
         .map_err(|e| format!("cannot open {}: {e}", config.data_dir.display()))?;
+    tokio::time::timeout(Duration::from_secs(600), engine.wait_ready())
+        .await
+        .map_err(|_| "recovery did not finish within 10 minutes".to_string())?
+        .map_err(|e| format!("recovery failed: {e}"))?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;

@@ -107,6 +107,14 @@ impl Engine {
         }))
     }
 
+    /// Wait until everything already in the Raft log is applied (recovery
+    /// replays it in the background): a command with no ops goes through
+    /// the log, and when it is applied so is everything before it. Serve
+    /// no client before this returns.
+    pub async fn wait_ready(&self) -> Result<()> {
+        self.propose(vec![]).await.map(|_| ())
+    }
+
     /// Propose `ops` as one atomic command and wait until it is applied.
     pub async fn propose(&self, ops: Vec<Op>) -> Result<Vec<OpOutcome>> {
         let cmd = Command {

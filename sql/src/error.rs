@@ -231,8 +231,12 @@ fn classify_message(msg: &str) -> Error {
 /// (`No field named x.` / `table 'a.b.c' not found`).
 fn quoted_after(text: &str, marker: &str) -> Option<String> {
     let rest = &text[text.find(marker)? + marker.len()..];
-    let end = rest.find(['\'', ' ', ','])?;
-    let name = rest[..end].trim_end_matches('.').trim_matches('"');
+    let name = if let Some(q) = rest.strip_prefix('"') {
+        &q[..q.find('"')?]
+    } else {
+        let end = rest.find(|c: char| c == '\'' || c == ',' || c.is_whitespace()).unwrap_or(rest.len());
+        rest[..end].trim_end_matches('.')
+    };
     let name = name.rsplit('.').next().unwrap_or(name).trim_matches('"');
     (!name.is_empty()).then(|| name.to_string())
 }
@@ -267,6 +271,8 @@ mod tests {
         let e = classify_message("Schema error: No field named zz. Valid fields are a.");
         assert_eq!(e.code, sqlstate::UNDEFINED_COLUMN);
         assert_eq!(e.message, "column \"zz\" does not exist");
+        let e = classify_message("Schema error: No field named \"no_such\".\nValid fields are a.");
+        assert_eq!(e.message, "column \"no_such\" does not exist");
         let e = classify_message("Error during planning: table 'sluice.public.nope' not found");
         assert_eq!(e.message, "relation \"nope\" does not exist");
         let e = classify_message(

@@ -572,12 +572,14 @@ impl Session {
         match p {
             Parsed::Query(stmt) => {
                 let plan = self.plan(stmt).await?;
-                let types = plan.get_parameter_types()?;
-                let mut params = vec![None; types.len()];
-                for (name, ty) in types {
+                // fields, not just types: a parameter compared with a column
+                // carries its `pg_type` (json, uuid, varchar(n), ...)
+                let fields = plan.get_parameter_fields()?;
+                let mut params = vec![None; fields.len()];
+                for (name, field) in fields {
                     if let Ok(i) = name.trim_start_matches('$').parse::<usize>() {
                         if i >= 1 && i <= params.len() {
-                            params[i - 1] = ty.as_ref().and_then(ColumnType::of_arrow);
+                            params[i - 1] = field.as_deref().and_then(ColumnType::of_field);
                         }
                     }
                 }

@@ -173,7 +173,7 @@ async fn predicate_parameters_take_the_column_type() {
                     failures.push(format!("{sql}: offsets {offsets:?}, expected [0]"));
                 }
             }
-            Err(e) => failures.push(format!("{sql}: {e}")),
+            Err(e) => failures.push(format!("{sql}: {e:?}")),
         }
     }
     assert!(

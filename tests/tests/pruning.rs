@@ -23,7 +23,7 @@ async fn offset_and_ts_predicates_skip_frames() {
     )
     .await;
     assert!(
-        segments[0][0].parse::<i64>().unwrap() > 1,
+        segments[0][0].parse::<i64>().expect("segments is a number") > 1,
         "expected rollover, got {segments:?}"
     );
 
