@@ -178,7 +178,10 @@ async fn log_fsyncs(c: &Common) -> Result<Option<i64>, String> {
     }
     let client = connect(&c.url).await?;
     let row = client
-        .query_one("SELECT value FROM sluice_stats WHERE metric = 'log_fsyncs'", &[])
+        .query_one(
+            "SELECT value FROM sluice_stats WHERE metric = 'log_fsyncs'",
+            &[],
+        )
         .await
         .map_err(|e| e.to_string())?;
     Ok(Some(row.get(0)))

@@ -51,7 +51,12 @@ async fn setup(url: &str, stream: &str) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
-pub async fn tail_latency(url: &str, rate: f64, seconds: f64, size: usize) -> Result<TailLatency, String> {
+pub async fn tail_latency(
+    url: &str,
+    rate: f64,
+    seconds: f64,
+    size: usize,
+) -> Result<TailLatency, String> {
     setup(url, "tail_lat").await?;
     let total = (rate * seconds) as i64;
     let acks: Arc<Mutex<HashMap<i64, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
@@ -99,8 +104,12 @@ pub async fn tail_latency(url: &str, rate: f64, seconds: f64, size: usize) -> Re
                 if seq >= total {
                     break;
                 }
-                tokio::time::sleep_until((start + offset + interval.mul_f64(k as f64)).into()).await;
-                client.execute(&stmt, &[&seq, &body]).await.map_err(|e| e.to_string())?;
+                tokio::time::sleep_until((start + offset + interval.mul_f64(k as f64)).into())
+                    .await;
+                client
+                    .execute(&stmt, &[&seq, &body])
+                    .await
+                    .map_err(|e| e.to_string())?;
                 acks.lock().insert(seq, Instant::now());
                 k += 1;
             }
@@ -112,7 +121,8 @@ pub async fn tail_latency(url: &str, rate: f64, seconds: f64, size: usize) -> Re
     }
     let received = reader.await.map_err(|e| e.to_string())?;
     let acks = acks.lock();
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(|e| e.to_string())?;
+    let mut hist =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(|e| e.to_string())?;
     for (seq, at) in &received {
         if let Some(ack) = acks.get(seq) {
             let us = at.saturating_duration_since(*ack).as_micros().max(1) as u64;
@@ -120,14 +130,21 @@ pub async fn tail_latency(url: &str, rate: f64, seconds: f64, size: usize) -> Re
         }
     }
     if hist.len() < total as u64 {
-        return Err(format!("the tail received {} of {} rows", hist.len(), total));
+        return Err(format!(
+            "the tail received {} of {} rows",
+            hist.len(),
+            total
+        ));
     }
     let qs = [50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999];
     Ok(TailLatency {
         rate,
         seconds,
         rows: hist.len(),
-        percentiles_us: qs.iter().map(|q| (format!("p{q}"), hist.value_at_quantile(q / 100.0))).collect(),
+        percentiles_us: qs
+            .iter()
+            .map(|q| (format!("p{q}"), hist.value_at_quantile(q / 100.0)))
+            .collect(),
         max_us: hist.max(),
     })
 }
@@ -141,7 +158,12 @@ fn rss_kib(pid: Option<u32>) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-async fn insert_rows(url: &str, stream: &str, rows: u64, connections: usize) -> Result<f64, String> {
+async fn insert_rows(
+    url: &str,
+    stream: &str,
+    rows: u64,
+    connections: usize,
+) -> Result<f64, String> {
     let per = rows / connections as u64;
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -153,7 +175,10 @@ async fn insert_rows(url: &str, stream: &str, rows: u64, connections: usize) -> 
             let body = "x".repeat(256);
             for i in 0..per {
                 let seq = (c as u64 * per + i) as i64;
-                client.execute(&stmt, &[&seq, &body]).await.map_err(|e| e.to_string())?;
+                client
+                    .execute(&stmt, &[&seq, &body])
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
             Ok::<(), String>(())
         }));
@@ -164,7 +189,12 @@ async fn insert_rows(url: &str, stream: &str, rows: u64, connections: usize) -> 
     Ok((per * connections as u64) as f64 / start.elapsed().as_secs_f64())
 }
 
-pub async fn stalled_tail(url: &str, rows: u64, connections: usize, server_pid: Option<u32>) -> Result<StalledTail, String> {
+pub async fn stalled_tail(
+    url: &str,
+    rows: u64,
+    connections: usize,
+    server_pid: Option<u32>,
+) -> Result<StalledTail, String> {
     setup(url, "tail_base").await?;
     let baseline = insert_rows(url, "tail_base", rows, connections).await?;
     setup(url, "tail_stall").await?;

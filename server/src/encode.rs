@@ -555,74 +555,6 @@ pub fn encode_numeric_binary(v: i128, scale: i8, out: &mut BytesMut) {
     }
 }
 
-/// Decode PostgreSQL binary numeric into its text form.
-pub fn decode_numeric_binary(b: &[u8]) -> Option<String> {
-    if b.len() < 8 {
-        return None;
-    }
-    let n = i16::from_be_bytes([b[0], b[1]]) as usize;
-    let weight = i16::from_be_bytes([b[2], b[3]]) as i32;
-    let sign = u16::from_be_bytes([b[4], b[5]]);
-    let dscale = u16::from_be_bytes([b[6], b[7]]) as usize;
-    if sign == 0xC000 {
-        return Some("NaN".into());
-    }
-    if b.len() < 8 + 2 * n {
-        return None;
-    }
-    let groups: Vec<i16> = (0..n)
-        .map(|i| i16::from_be_bytes([b[8 + 2 * i], b[9 + 2 * i]]))
-        .collect();
-    let mut int = String::new();
-    let mut frac = String::new();
-    for (i, g) in groups.iter().enumerate() {
-        let pos = weight - i as i32;
-        if pos >= 0 {
-            if int.is_empty() {
-                int.push_str(&g.to_string());
-            } else {
-                int.push_str(&format!("{g:04}"));
-            }
-        } else {
-            frac.push_str(&format!("{g:04}"));
-        }
-    }
-    // groups between the last digit and the decimal point are zeros
-    let last_pos = weight - n as i32 + 1;
-    if n > 0 && last_pos > 0 {
-        for _ in 0..last_pos {
-            int.push_str("0000");
-        }
-    }
-    if weight < -1 {
-        frac = format!("{}{frac}", "0000".repeat((-weight - 1) as usize));
-    }
-    if int.is_empty() {
-        int.push('0');
-    }
-    while frac.len() < dscale {
-        frac.push('0');
-    }
-    frac.truncate(dscale);
-    let mut s = if frac.is_empty() {
-        int
-    } else {
-        format!("{int}.{frac}")
-    };
-    if sign == 0x4000 {
-        s.insert(0, '-');
-    }
-    Some(s)
-}
-
-pub fn micros_from_pg(v: i64) -> i64 {
-    v + PG_EPOCH_MICROS
-}
-
-pub fn days_from_pg(v: i32) -> i32 {
-    v + PG_EPOCH_DAYS
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -640,7 +572,7 @@ mod tests {
             let mut b = BytesMut::new();
             encode_numeric_binary(v, s, &mut b);
             assert_eq!(
-                decode_numeric_binary(&b).unwrap(),
+                sluice_sql::binary::decode_numeric(&b).unwrap(),
                 text,
                 "value {v} scale {s}"
             );

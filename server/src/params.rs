@@ -12,8 +12,6 @@ use pgwire::api::results::FieldFormat;
 use sluice_sql::error::{sqlstate, Error};
 use sluice_sql::types::{oid, ColumnType};
 
-use crate::encode::{days_from_pg, decode_numeric_binary, micros_from_pg};
-
 /// The column type a parameter OID stands for, if Sluice has one.
 pub fn column_type_of_oid(o: u32) -> Option<ColumnType> {
     Some(match o {
@@ -35,13 +33,6 @@ pub fn column_type_of_oid(o: u32) -> Option<ColumnType> {
         oid::UUID => ColumnType::Uuid,
         _ => return None,
     })
-}
-
-fn bad_binary(ty: &str) -> Error {
-    Error::new(
-        sqlstate::PROTOCOL_VIOLATION,
-        format!("incorrect binary data format in bind parameter of type {ty}"),
-    )
 }
 
 /// Decode one parameter.
@@ -76,78 +67,11 @@ pub fn decode(
             None => Ok(ScalarValue::Utf8(Some(s.to_string()))),
         };
     }
-    let b = bytes.as_ref();
     let Some(ty) = ty else {
         return Err(Error::new(
             sqlstate::PROTOCOL_VIOLATION,
             format!("binary parameter of unsupported type oid {oid_value}"),
         ));
     };
-    let fixed = |n: usize| -> Result<&[u8], Error> {
-        if b.len() == n {
-            Ok(b)
-        } else {
-            Err(bad_binary(&ty.sql_name()))
-        }
-    };
-    Ok(match ty {
-        ColumnType::Bool => ScalarValue::Boolean(Some(fixed(1)?[0] != 0)),
-        ColumnType::Int2 => ScalarValue::Int16(Some(i16::from_be_bytes([fixed(2)?[0], b[1]]))),
-        ColumnType::Int4 => {
-            let v = fixed(4)?;
-            ScalarValue::Int32(Some(i32::from_be_bytes([v[0], v[1], v[2], v[3]])))
-        }
-        ColumnType::Int8 => {
-            let v = fixed(8)?;
-            ScalarValue::Int64(Some(i64::from_be_bytes(
-                v.try_into().map_err(|_| bad_binary("bigint"))?,
-            )))
-        }
-        ColumnType::Float4 => {
-            let v = fixed(4)?;
-            ScalarValue::Float32(Some(f32::from_be_bytes([v[0], v[1], v[2], v[3]])))
-        }
-        ColumnType::Float8 => {
-            let v = fixed(8)?;
-            ScalarValue::Float64(Some(f64::from_be_bytes(
-                v.try_into().map_err(|_| bad_binary("double precision"))?,
-            )))
-        }
-        ColumnType::Numeric(_) => {
-            let text = decode_numeric_binary(b).ok_or_else(|| bad_binary("numeric"))?;
-            ty.parse_text(&text)?
-        }
-        ColumnType::Text | ColumnType::Varchar(_) | ColumnType::Json => {
-            let s = std::str::from_utf8(b).map_err(|_| bad_binary("text"))?;
-            ty.parse_text(s)?
-        }
-        ColumnType::Jsonb => {
-            if b.first() != Some(&1) {
-                return Err(bad_binary("jsonb"));
-            }
-            let s = std::str::from_utf8(&b[1..]).map_err(|_| bad_binary("jsonb"))?;
-            ty.parse_text(s)?
-        }
-        ColumnType::Uuid => {
-            let u = uuid::Uuid::from_slice(fixed(16)?).map_err(|_| bad_binary("uuid"))?;
-            ScalarValue::Utf8(Some(u.hyphenated().to_string()))
-        }
-        ColumnType::Bytea => ScalarValue::Binary(Some(b.to_vec())),
-        ColumnType::Timestamptz => {
-            let v = fixed(8)?;
-            let m = i64::from_be_bytes(v.try_into().map_err(|_| bad_binary("timestamptz"))?);
-            ScalarValue::TimestampMicrosecond(Some(micros_from_pg(m)), Some("UTC".into()))
-        }
-        ColumnType::Timestamp => {
-            let v = fixed(8)?;
-            let m = i64::from_be_bytes(v.try_into().map_err(|_| bad_binary("timestamp"))?);
-            ScalarValue::TimestampMicrosecond(Some(micros_from_pg(m)), None)
-        }
-        ColumnType::Date => {
-            let v = fixed(4)?;
-            ScalarValue::Date32(Some(days_from_pg(i32::from_be_bytes([
-                v[0], v[1], v[2], v[3],
-            ]))))
-        }
-    })
+    sluice_sql::binary::decode(ty, bytes)
 }

@@ -234,7 +234,9 @@ fn quoted_after(text: &str, marker: &str) -> Option<String> {
     let name = if let Some(q) = rest.strip_prefix('"') {
         &q[..q.find('"')?]
     } else {
-        let end = rest.find(|c: char| c == '\'' || c == ',' || c.is_whitespace()).unwrap_or(rest.len());
+        let end = rest
+            .find(|c: char| c == '\'' || c == ',' || c.is_whitespace())
+            .unwrap_or(rest.len());
         rest[..end].trim_end_matches('.')
     };
     let name = name.rsplit('.').next().unwrap_or(name).trim_matches('"');

@@ -9,6 +9,7 @@
 //! sessions share. It knows nothing of the Postgres wire protocol.
 
 pub mod apply;
+pub mod binary;
 pub mod catalog;
 pub mod command;
 pub mod copy;

@@ -547,7 +547,7 @@ impl Session {
     async fn plan(&self, stmt: &Statement) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         Ok(state
-            .statement_to_plan(DFStatement::Statement(Box::new(stmt.clone())))
+            .statement_to_plan(DFStatement::Statement(Box::new(with_unique_names(stmt))))
             .await?)
     }
 
@@ -914,6 +914,32 @@ impl Session {
                 ),
             ));
         }
+        if matches!(copy.format, CopyFormat::Binary) {
+            let mut values = Vec::new();
+            for (i, row) in crate::binary::copy_rows(data)?.into_iter().enumerate() {
+                if row.len() != copy.targets.len() {
+                    return Err(Error::new(
+                        sqlstate::INVALID_TEXT_REPRESENTATION,
+                        "row field count does not match the COPY column list",
+                    )
+                    .with_detail(format!(
+                        "COPY {}, line {}",
+                        copy.stream.name(),
+                        i + 1
+                    )));
+                }
+                let mut vals = Vec::with_capacity(row.len());
+                for (f, &t) in row.into_iter().zip(&copy.targets) {
+                    let ty = copy.stream.def.columns[t].ty;
+                    vals.push(match f {
+                        None => ty.coerce(ScalarValue::Null)?,
+                        Some(b) => ty.coerce(crate::binary::decode(ty, b)?)?,
+                    });
+                }
+                values.push(vals);
+            }
+            return self.append_copied(&copy, values).await;
+        }
         let text = std::str::from_utf8(data).map_err(|_| {
             Error::new(
                 sqlstate::INVALID_TEXT_REPRESENTATION,
@@ -951,6 +977,15 @@ impl Session {
             }
             values.push(vals);
         }
+        self.append_copied(&copy, values).await
+    }
+
+    async fn append_copied(
+        &mut self,
+        copy: &PendingCopy,
+        values: Vec<Vec<ScalarValue>>,
+    ) -> Result<Output> {
+        let n = values.len();
         if n == 0 {
             return Ok(Output::Tag("COPY 0".into()));
         }
@@ -1493,4 +1528,36 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.unlisten_all();
     }
+}
+
+/// DataFusion requires distinct output names; PostgreSQL does not
+/// (`SELECT 1, 1`). Give every unnamed non-column expression of the top
+/// SELECT a private alias; [`pg_column_names`] restores the PostgreSQL
+/// names afterwards.
+fn with_unique_names(stmt: &Statement) -> Statement {
+    let mut stmt = stmt.clone();
+    if let Statement::Query(q) = &mut stmt {
+        if let SetExpr::Select(select) = q.body.as_mut() {
+            let wildcard = select.projection.iter().any(|p| {
+                matches!(
+                    p,
+                    SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+                )
+            });
+            if wildcard {
+                return stmt;
+            }
+            for (i, item) in select.projection.iter_mut().enumerate() {
+                if let SelectItem::UnnamedExpr(e) = item {
+                    if !matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
+                        *item = SelectItem::ExprWithAlias {
+                            expr: e.clone(),
+                            alias: sqlparser::ast::Ident::new(format!("__sluice_col_{i}")),
+                        };
+                    }
+                }
+            }
+        }
+    }
+    stmt
 }

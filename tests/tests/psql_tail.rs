@@ -97,9 +97,13 @@ async fn psql_shows_tailed_rows_as_they_commit_and_ctrl_c_cancels() {
         .status()
         .expect("run kill -INT");
     assert!(sent.success(), "kill -INT {pid}: {sent}");
-    let status = within(Duration::from_secs(15), "psql exiting after SIGINT", child.wait())
-        .await
-        .expect("wait for psql");
+    let status = within(
+        Duration::from_secs(15),
+        "psql exiting after SIGINT",
+        child.wait(),
+    )
+    .await
+    .expect("wait for psql");
     let stderr = within(Duration::from_secs(5), "psql stderr", stderr_text)
         .await
         .expect("stderr reader");
@@ -110,5 +114,9 @@ async fn psql_shows_tailed_rows_as_they_commit_and_ctrl_c_cancels() {
     );
     // The query failed (cancelled), so psql reports failure, but it was not
     // killed by the signal.
-    assert_eq!(status.code(), Some(1), "psql exit status after a cancelled COPY");
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "psql exit status after a cancelled COPY"
+    );
 }
