@@ -343,18 +343,35 @@ fn to_response<C: ClientInfo>(
         } => {
             let mut enc = CopyEncoder::new(&schema, format, ctx);
             let code = enc.format_code();
-            let head: Vec<PgWireResult<CopyData>> = enc
-                .header(&schema)
+            // PostgreSQL sends the format header inside the first row's
+            // message; with no rows at all it goes out alone at the end
+            let (separate, merged) = match enc.header(&schema) {
+                Some(h) if code == 1 => (None, Some(h)),
+                other => (other, None),
+            };
+            let separate: Vec<PgWireResult<CopyData>> = separate
                 .map(|h| Ok(CopyData::new(h.freeze())))
                 .into_iter()
                 .collect();
+            let header = Arc::new(std::sync::Mutex::new(merged));
+            let first = header.clone();
             let body = stream
                 .map(move |batch| {
                     let rows: Vec<PgWireResult<CopyData>> = match batch {
                         Ok(b) => match enc.encode_rows(&b) {
                             Ok(rows) => rows
                                 .into_iter()
-                                .map(|r| Ok(CopyData::new(r.freeze())))
+                                .map(|r| {
+                                    let pending = first.lock().ok().and_then(|mut h| h.take());
+                                    let msg = match pending {
+                                        Some(mut h) => {
+                                            h.extend_from_slice(&r);
+                                            h
+                                        }
+                                        None => r,
+                                    };
+                                    Ok(CopyData::new(msg.freeze()))
+                                })
                                 .collect(),
                             Err(e) => vec![Err(user_error(sluice_sql::Error::internal(e)))],
                         },
@@ -363,12 +380,17 @@ fn to_response<C: ClientInfo>(
                     futures::stream::iter(rows)
                 })
                 .flatten();
+            let leftover = futures::stream::once(async move {
+                header
+                    .lock()
+                    .ok()
+                    .and_then(|mut h| h.take())
+                    .map(|h| Ok(CopyData::new(h.freeze())))
+            })
+            .filter_map(futures::future::ready);
             let columns = schema.fields().len();
-            Response::CopyOut(CopyResponse::new(
-                code,
-                columns,
-                futures::stream::iter(head).chain(body),
-            ))
+            let data = futures::stream::iter(separate).chain(body).chain(leftover);
+            Response::CopyOut(CopyResponse::new(code, columns, data))
         }
         Output::CopyIn(pending) => {
             let columns = pending.columns();
@@ -657,6 +679,36 @@ impl ExtendedQueryHandler for Backend {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         Arc::new(SluiceParser)
+    }
+
+    /// Describe of a portal pgwire does not know may name a cursor made
+    /// with SQL `DECLARE` (psycopg's server-side cursors do this): answer
+    /// with the cursor's columns.
+    async fn on_describe<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::extendedquery::Describe,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        use pgwire::messages::extendedquery::TARGET_TYPE_BYTE_PORTAL;
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL {
+            let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+            if client.portal_store().get_portal(name).is_none() {
+                let session = session_of(client)?;
+                let schema = session.lock().await.cursor_schema(name);
+                if let Some(schema) = schema {
+                    let fields = field_infos(&schema, |_| FieldFormat::Text);
+                    let resp = pgwire::api::results::DescribePortalResponse::new(fields);
+                    return pgwire::api::query::send_describe_response(client, &resp).await;
+                }
+            }
+        }
+        self._on_describe(client, message).await
     }
 
     /// A row-limited Execute on a tailable query behaves like FETCH: the

@@ -1,14 +1,14 @@
 //! LISTEN / NOTIFY: channels between sessions, and stream listeners.
 //!
-//! Every session has one bounded notification queue. `NOTIFY` (and
-//! `pg_notify`) offers a notification to each listener's queue without
-//! waiting: a full queue drops it for that listener only, so a client that
-//! stops reading never slows anyone else. `LISTEN s` on a stream starts a
-//! follower task that turns each committed row into a JSON notification;
-//! when the queue is full the follower stops, waits for room, sends one
-//! `{"lagged":true,"resume_from":N}` notification (N = first row not
-//! delivered) and carries on from the stream's end. Followers are aborted
-//! on UNLISTEN or when the session ends.
+//! Every listening session has a [`Dispatcher`] task and one bounded queue
+//! to its client. `NOTIFY` (and `pg_notify`) offers a notification to each
+//! listener's dispatcher without waiting: a full inbox drops it for that
+//! listener only, so a client that stops reading never slows anyone else.
+//! `LISTEN s` on a stream makes the dispatcher turn each committed row into
+//! a JSON notification; when the client's queue is full it waits for room,
+//! sends one `{"lagged":true,"resume_from":N}` notification (N = first row
+//! not delivered) and carries on from the stream's end. The dispatcher
+//! stops when the session ends.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -80,49 +80,144 @@ impl Hub {
     }
 }
 
-/// Follow `stream` from its current end, sending one notification per row.
-pub fn follow_stream(
-    catalog: Arc<Catalog>,
+/// What a session asks of its dispatcher.
+#[derive(Debug)]
+pub enum Control {
+    /// Start sending a notification per committed row of this stream.
+    Follow(Arc<Stream>),
+    Unfollow(String),
+}
+
+/// A session's notification dispatcher: the single writer of the session's
+/// queue, so notifications reach the client in commit order. Before it
+/// forwards a channel notification it first catches every followed stream
+/// up to its current end: rows committed before a NOTIFY are delivered
+/// before it, as in PostgreSQL.
+#[derive(Debug)]
+pub struct Dispatcher {
+    /// Given to the hub for channel notifications (bounded; full = dropped).
+    pub inbox: mpsc::Sender<Notification>,
+    control: mpsc::Sender<Control>,
+    task: JoinHandle<()>,
+}
+
+impl Dispatcher {
+    pub fn start(catalog: Arc<Catalog>, out: mpsc::Sender<Notification>) -> Dispatcher {
+        let (inbox, inbox_rx) = mpsc::channel(QUEUE_CAPACITY);
+        let (control, control_rx) = mpsc::channel(64);
+        let task = tokio::spawn(run(catalog, inbox_rx, control_rx, out));
+        Dispatcher {
+            inbox,
+            control,
+            task,
+        }
+    }
+
+    /// Never blocks: a full control queue is a session doing thousands of
+    /// LISTENs at once; the command is dropped with a warning.
+    pub fn control(&self, c: Control) {
+        if self.control.try_send(c).is_err() {
+            tracing::warn!("notification dispatcher busy; LISTEN/UNLISTEN of a stream dropped");
+        }
+    }
+}
+
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct Follower {
     stream: Arc<Stream>,
-    tx: mpsc::Sender<Notification>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut advanced = stream.subscribe();
-        let mut pos = stream.log.next_offset();
-        loop {
-            let end = stream.log.next_offset();
-            if pos < end {
-                match deliver(&stream, pos, end, &tx) {
-                    Ok(next) => pos = next,
-                    Err(Lag::Full(resume_from)) => {
-                        // wait for room without reading the stream, then say where to resume
-                        let Ok(permit) = tx.reserve().await else {
-                            return;
-                        };
-                        permit.send(Notification {
-                            pid: 0,
-                            channel: stream.name().to_string(),
-                            payload: format!("{{\"lagged\":true,\"resume_from\":{resume_from}}}"),
-                        });
-                        pos = stream.log.next_offset();
-                    }
-                    Err(Lag::Closed) => return,
-                    Err(Lag::Failed(e)) => {
-                        tracing::warn!(stream = %stream.name(), "stream listener stopped: {e}");
-                        return;
-                    }
+    pos: u64,
+    advanced: tokio::sync::watch::Receiver<u64>,
+}
+
+async fn run(
+    catalog: Arc<Catalog>,
+    mut inbox: mpsc::Receiver<Notification>,
+    mut control: mpsc::Receiver<Control>,
+    out: mpsc::Sender<Notification>,
+) {
+    let mut followers: HashMap<String, Follower> = HashMap::new();
+    loop {
+        // wake when any followed stream advances (or every second, to notice drops)
+        let advanced = async {
+            if followers.is_empty() {
+                return futures::future::pending::<()>().await;
+            }
+            let waits = followers
+                .values_mut()
+                .map(|f| Box::pin(f.advanced.changed()));
+            let _ = tokio::time::timeout(
+                std::time::Duration::from_secs(1),
+                futures::future::select_all(waits),
+            )
+            .await;
+        };
+        tokio::select! {
+            n = inbox.recv() => {
+                let Some(n) = n else { return };
+                if !catch_up(&catalog, &mut followers, &out).await || out.send(n).await.is_err() {
+                    return;
                 }
-                continue;
             }
-            if catalog.get(stream.name()).map(|s| s.def.id) != Some(stream.def.id) {
-                return;
-            }
-            tokio::select! {
-                r = advanced.changed() => if r.is_err() { return },
-                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            c = control.recv() => match c {
+                None => return,
+                Some(Control::Follow(stream)) => {
+                    let advanced = stream.subscribe();
+                    let pos = stream.log.next_offset();
+                    followers.insert(stream.name().to_string(), Follower { stream, pos, advanced });
+                }
+                Some(Control::Unfollow(name)) => {
+                    followers.remove(&name);
+                }
+            },
+            _ = advanced => {
+                if !catch_up(&catalog, &mut followers, &out).await {
+                    return;
+                }
             }
         }
-    })
+    }
+}
+
+/// Deliver every followed stream's rows up to its current end. False when
+/// the client is gone.
+async fn catch_up(
+    catalog: &Catalog,
+    followers: &mut HashMap<String, Follower>,
+    out: &mpsc::Sender<Notification>,
+) -> bool {
+    followers.retain(|name, f| catalog.get(name).map(|s| s.def.id) == Some(f.stream.def.id));
+    for f in followers.values_mut() {
+        let end = f.stream.log.next_offset();
+        if f.pos >= end {
+            continue;
+        }
+        match deliver(&f.stream, f.pos, end, out) {
+            Ok(next) => f.pos = next,
+            Err(Lag::Full(resume_from)) => {
+                // wait for room, then say where to resume; skip to the end
+                let Ok(permit) = out.reserve().await else {
+                    return false;
+                };
+                permit.send(Notification {
+                    pid: 0,
+                    channel: f.stream.name().to_string(),
+                    payload: format!("{{\"lagged\":true,\"resume_from\":{resume_from}}}"),
+                });
+                f.pos = f.stream.log.next_offset();
+            }
+            Err(Lag::Closed) => return false,
+            Err(Lag::Failed(e)) => {
+                tracing::warn!(stream = %f.stream.name(), "stream listener skipped rows: {e}");
+                f.pos = end;
+            }
+        }
+    }
+    true
 }
 
 enum Lag {
@@ -131,7 +226,7 @@ enum Lag {
     Failed(String),
 }
 
-/// Send rows [from, to); returns the next position.
+/// Send rows [from, to) without waiting; returns the next position.
 fn deliver(
     stream: &Stream,
     from: u64,

@@ -37,7 +37,6 @@ use crate::tail::{self, CancelWatch, Tail};
 use crate::types::ColumnType;
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 
 /// What a statement produced, for the wire layer to send.
 pub enum Output {
@@ -116,8 +115,10 @@ pub struct Session {
     notify: Arc<NotifyState>,
     notify_tx: mpsc::Sender<Notification>,
     notify_rx: Option<mpsc::Receiver<Notification>>,
-    /// Channels listened to; streams have a follower task.
-    listeners: HashMap<String, Option<JoinHandle<()>>>,
+    /// Channels listened to.
+    listeners: std::collections::HashSet<String>,
+    /// Started at the first LISTEN.
+    dispatcher: Option<notify::Dispatcher>,
     cursors: HashMap<String, CursorEntry>,
     /// Tails behind row-limited portals of the extended protocol.
     portal_tails: HashMap<usize, Tail>,
@@ -208,6 +209,9 @@ impl Session {
             pending: parking_lot::Mutex::new(Vec::new()),
         });
         ctx.register_udf(pg_notify_udf(notify.clone()));
+        for udf in session_udfs(notify.clone()) {
+            ctx.register_udf(udf);
+        }
         let (notify_tx, notify_rx) = mpsc::channel(notify::QUEUE_CAPACITY);
         let (cancel_tx, cancel) = watch::channel(0);
         Session {
@@ -219,7 +223,8 @@ impl Session {
             notify,
             notify_tx,
             notify_rx: Some(notify_rx),
-            listeners: HashMap::new(),
+            listeners: Default::default(),
+            dispatcher: None,
             cursors: HashMap::new(),
             portal_tails: HashMap::new(),
             cancel,
@@ -435,18 +440,20 @@ impl Session {
                 },
             },
             Parsed::Listen(channel) => {
-                if !self.listeners.contains_key(channel) {
-                    self.engine
-                        .hub
-                        .subscribe(channel, self.id, self.notify_tx.clone());
-                    let follower = self.engine.catalog.get(channel).map(|stream| {
-                        notify::follow_stream(
+                if !self.listeners.contains(channel) {
+                    let dispatcher = self.dispatcher.get_or_insert_with(|| {
+                        notify::Dispatcher::start(
                             self.engine.catalog.clone(),
-                            stream,
                             self.notify_tx.clone(),
                         )
                     });
-                    self.listeners.insert(channel.clone(), follower);
+                    self.engine
+                        .hub
+                        .subscribe(channel, self.id, dispatcher.inbox.clone());
+                    if let Some(stream) = self.engine.catalog.get(channel) {
+                        dispatcher.control(notify::Control::Follow(stream));
+                    }
+                    self.listeners.insert(channel.clone());
                 }
                 Ok(Output::Tag("LISTEN".into()))
             }
@@ -454,8 +461,10 @@ impl Session {
                 match channel {
                     Some(c) => {
                         self.engine.hub.unsubscribe(c, self.id);
-                        if let Some(Some(task)) = self.listeners.remove(c) {
-                            task.abort();
+                        if self.listeners.remove(c) {
+                            if let Some(d) = &self.dispatcher {
+                                d.control(notify::Control::Unfollow(c.clone()));
+                            }
                         }
                     }
                     None => self.unlisten_all(),
@@ -1001,11 +1010,9 @@ impl Session {
 
     fn unlisten_all(&mut self) {
         self.engine.hub.unsubscribe_all(self.id);
-        for (_, task) in self.listeners.drain() {
-            if let Some(t) = task {
-                t.abort();
-            }
-        }
+        self.listeners.clear();
+        // dropping the dispatcher stops it and its stream followers
+        self.dispatcher = None;
     }
 
     async fn copy_to(
@@ -1166,9 +1173,12 @@ impl Session {
         Ok(Some((schema, batches, more)))
     }
 
-    /// Forget the tail behind a portal (Close, or a new Bind of the name).
-    pub fn close_portal(&mut self, portal: usize) {
-        self.portal_tails.remove(&portal);
+    /// Columns of an open SQL cursor (for Describe of a portal by that name).
+    pub fn cursor_schema(&self, name: &str) -> Option<SchemaRef> {
+        self.cursors.get(name).map(|c| match &c.cursor {
+            Cursor::Tail(t) => t.schema(),
+            Cursor::Snapshot { schema, .. } => schema.clone(),
+        })
     }
 
     fn set(&mut self, name: &str, value: &str) -> Result<()> {
@@ -1560,4 +1570,42 @@ fn with_unique_names(stmt: &Statement) -> Statement {
         }
     }
     stmt
+}
+
+/// Session functions clients call while connecting: `version()` (clients
+/// parse `PostgreSQL X.Y`), `pg_backend_pid()`.
+fn session_udfs(state: Arc<NotifyState>) -> Vec<datafusion::logical_expr::ScalarUDF> {
+    use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+    let version = format!(
+        "PostgreSQL {} (Sluice {}) on {}-linux, 64-bit",
+        crate::SERVER_VERSION,
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::ARCH
+    );
+    let version_fn = move |_: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+            version.clone(),
+        ))))
+    };
+    let pid_fn = move |_: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(
+            state.pid.load(Ordering::Relaxed),
+        ))))
+    };
+    vec![
+        create_udf(
+            "version",
+            vec![],
+            DataType::Utf8,
+            Volatility::Stable,
+            Arc::new(version_fn),
+        ),
+        create_udf(
+            "pg_backend_pid",
+            vec![],
+            DataType::Int32,
+            Volatility::Stable,
+            Arc::new(pid_fn),
+        ),
+    ]
 }

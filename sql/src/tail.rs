@@ -348,6 +348,18 @@ impl Tail {
                 None => range,
             });
         }
+        // rows of one chunk in offset order, whatever DataFusion's partitioning
+        q.order_by = Some(sqlparser::ast::OrderBy {
+            kind: sqlparser::ast::OrderByKind::Expressions(vec![sqlparser::ast::OrderByExpr {
+                expr: Expr::Identifier(Ident::with_quote('"', OFFSET_COLUMN)),
+                options: sqlparser::ast::OrderByOptions {
+                    asc: Some(true),
+                    nulls_first: None,
+                },
+                with_fill: None,
+            }]),
+            interpolate: None,
+        });
         let stmt = Statement::Query(Box::new(q));
         let mut plan = self
             .ctx
