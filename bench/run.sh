@@ -24,9 +24,8 @@ json=$out/$stamp.jsonl
 md=$out/$stamp.md
 work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 chmod 755 "$work"
-pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for f in "$work"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
   if [ -n "${pgdata:-}" ] && [ -d "$pgdata" ]; then
     su postgres -c "$pgbin/pg_ctl -D $pgdata -m immediate stop" >/dev/null 2>&1 || true
   fi
@@ -37,7 +36,8 @@ trap cleanup EXIT
 start_sluice() { # args: extra flags; prints port
   local dir=$work/sluice-$RANDOM
   "$sluice" serve --data-dir "$dir" --listen 127.0.0.1:0 "$@" > "$dir.out" 2> "$dir.err" &
-  pids+=($!)
+  echo $! > "$dir.pid"
+  cp "$dir.pid" "$work/last.pid.txt"
   for _ in $(seq 1 100); do
     if grep -q "listening on" "$dir.out" 2>/dev/null; then
       grep -o "listening on .*" "$dir.out" | sed 's/.*://'
@@ -48,15 +48,19 @@ start_sluice() { # args: extra flags; prints port
   echo "sluice did not start" >&2; cat "$dir.err" >&2; exit 1
 }
 
-stop_last() { kill "${pids[-1]}" 2>/dev/null || true; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'; }
+stop_last() {
+  local pid; pid=$(cat "$work/last.pid.txt")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+}
 
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 pgport=$((20000 + RANDOM % 20000))
-pgdata=$work/pgdata
+pgdata=$work/pg/data
 if [ -x "$pgbin/initdb" ]; then
-  mkdir -p "$pgdata"; chown postgres "$pgdata"
+  mkdir -p "$pgdata"; chown -R postgres "$work/pg"
   su postgres -c "$pgbin/initdb -D $pgdata -A trust -U postgres" >/dev/null
-  su postgres -c "$pgbin/pg_ctl -D $pgdata -l $work/pg.log -w -o '-p $pgport -k /tmp -c listen_addresses=127.0.0.1 -c synchronous_commit=on -c fsync=on -c max_connections=300 -c shared_buffers=256MB' start" >/dev/null
+  su postgres -c "$pgbin/pg_ctl -D $pgdata -l $work/pg/log -w -o '-p $pgport -k /tmp -c listen_addresses=127.0.0.1 -c synchronous_commit=on -c fsync=on -c max_connections=300 -c shared_buffers=256MB' start" >/dev/null
   pg_url="host=127.0.0.1 port=$pgport user=postgres dbname=postgres"
 else
   echo "PostgreSQL not found: running Sluice only" >&2
@@ -105,6 +109,19 @@ if [ -n "$pg_url" ]; then
   "$bench" latency --url "$pg_url" --target postgres --size 1024 --label postgres \
     --connections 8 --rate 3000 --seconds "$lat_secs" | tee -a "$md" | record
 fi
+{
+  echo
+  echo "## Tail latency: commit acknowledged → row received by a COPY tail, 1 KiB at 3,000 rows/s"
+  echo
+} >> "$md"
+"$bench" tail-latency --url "host=127.0.0.1 port=$port user=sluice" --rate 3000 --seconds "$lat_secs" | tee -a "$md" | record
+{
+  echo
+  echo "## A COPY tail that stops reading while 100,000 rows are appended (32 connections)"
+  echo
+} >> "$md"
+"$bench" stalled-tail --url "host=127.0.0.1 port=$port user=sluice" --rows 100000 --connections 32 \
+  --server-pid "$(cat "$work/last.pid.txt")" | tee -a "$md" | record
 stop_last
 echo >&2
 echo "results: $md and $json" >&2

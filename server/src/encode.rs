@@ -137,7 +137,7 @@ impl RowEncoder {
         let mut rows = Vec::with_capacity(n);
         let mut buf = BytesMut::with_capacity(64 * ncols);
         for r in 0..n {
-            for c in 0..ncols {
+            for (c, formatter) in fallback.iter().enumerate() {
                 let col = batch.column(c);
                 if col.is_null(r) {
                     buf.put_i32(-1);
@@ -146,7 +146,7 @@ impl RowEncoder {
                 let len_pos = buf.len();
                 buf.put_i32(0);
                 let binary = self.formats.get(c).copied() == Some(FieldFormat::Binary);
-                match (&self.encodings[c].ty, &fallback[c]) {
+                match (&self.encodings[c].ty, formatter) {
                     (Some(ty), _) => {
                         if binary {
                             encode_binary(col.as_ref(), r, ty, &mut buf)?

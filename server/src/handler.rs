@@ -45,6 +45,9 @@ use crate::copy_out::CopyEncoder;
 use crate::encode::{field_infos, pg_type, OutputContext, RowEncoder};
 use crate::params;
 
+/// pid -> (secret key, the session's cancel signal).
+type CancelMap = Arc<std::sync::Mutex<HashMap<i32, (bytes::Bytes, watch::Sender<u64>)>>>;
+
 /// Server-wide state shared by every connection's handlers.
 pub struct Backend {
     pub engine: Arc<Engine>,
@@ -54,7 +57,7 @@ pub struct Backend {
     active: Arc<AtomicUsize>,
     pids: RandomPidSecretKeyGenerator,
     /// pid -> (secret key, cancel signal of the session).
-    cancels: Arc<std::sync::Mutex<HashMap<i32, (bytes::Bytes, watch::Sender<u64>)>>>,
+    cancels: CancelMap,
 }
 
 impl Backend {
@@ -81,7 +84,7 @@ pub struct SessionSlot(pub Arc<Mutex<Session>>);
 /// Unregisters the connection's cancel signal when the connection ends.
 struct CancelRegistration {
     pid: i32,
-    map: Arc<std::sync::Mutex<HashMap<i32, (bytes::Bytes, watch::Sender<u64>)>>>,
+    map: CancelMap,
 }
 
 impl Drop for CancelRegistration {
@@ -394,12 +397,13 @@ fn to_response<C: ClientInfo>(
         }
         Output::CopyIn(pending) => {
             let columns = pending.columns();
+            let code = matches!(pending.format, sluice_sql::statement::CopyFormat::Binary) as i8;
             if let Some(slot) = client.session_extensions().get::<CopySlot>() {
                 if let Ok(mut g) = slot.0.lock() {
                     *g = Some((pending, Vec::new(), false));
                 }
             }
-            Response::CopyIn(CopyResponse::new(0, columns, futures::stream::empty()))
+            Response::CopyIn(CopyResponse::new(code, columns, futures::stream::empty()))
         }
     }
 }

@@ -5,6 +5,8 @@
 //! accepts Postgres clients until SIGTERM or Ctrl-C, then stops accepting,
 //! lets open connections finish (bounded), and checkpoints on the way out.
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 mod config;
 mod connection;
 mod copy_out;

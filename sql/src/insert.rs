@@ -72,7 +72,7 @@ fn number(n: &str, target: ColumnType) -> Result<ScalarValue> {
     match target {
         ColumnType::Bool => Err(Error::new(
             sqlstate::DATATYPE_MISMATCH,
-            format!("column is of type boolean but expression is of type integer"),
+            "column is of type boolean but expression is of type integer",
         )),
         ColumnType::Bytea
         | ColumnType::Timestamptz

@@ -8,6 +8,8 @@
 //! and storage. [`session`] is one client's view; [`engine`] is what all
 //! sessions share. It knows nothing of the Postgres wire protocol.
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod apply;
 pub mod binary;
 pub mod catalog;

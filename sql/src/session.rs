@@ -1187,13 +1187,11 @@ impl Session {
             "tail_wait" => {
                 statement::parse_duration_ms(value)?;
             }
-            "read_consistency" => {
-                if !matches!(value, "prefix" | "linearizable") {
-                    return Err(Error::new(
-                        sqlstate::INVALID_PARAMETER_VALUE,
-                        format!("invalid value for parameter \"read_consistency\": \"{value}\" (prefix or linearizable)"),
-                    ));
-                }
+            "read_consistency" if !matches!(value, "prefix" | "linearizable") => {
+                return Err(Error::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!("invalid value for parameter \"read_consistency\": \"{value}\" (prefix or linearizable)"),
+                ));
             }
             "client_encoding" => {
                 let v = value.to_uppercase().replace(['-', '_'], "");

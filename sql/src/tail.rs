@@ -118,13 +118,15 @@ pub fn tail_spec(q: &Query, params: &[ScalarValue]) -> Option<TailSpec> {
     let limit = match &q.limit_clause {
         None => None,
         Some(LimitClause::LimitOffset {
-            limit,
+            limit: None,
             offset: None,
             limit_by,
-        }) if limit_by.is_empty() => match limit {
-            None => None,
-            Some(e) => Some(literal_i128(e, params)?.max(0) as usize),
-        },
+        }) if limit_by.is_empty() => None,
+        Some(LimitClause::LimitOffset {
+            limit: Some(e),
+            offset: None,
+            limit_by,
+        }) if limit_by.is_empty() => Some(literal_i128(e, params)?.max(0) as usize),
         Some(_) => return None,
     };
     let mut query = q.clone();

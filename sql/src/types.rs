@@ -629,7 +629,7 @@ pub fn parse_decimal(s: &str, precision: u8, scale: i8) -> Result<i128> {
 fn parse_bytea(s: &str) -> Option<Vec<u8>> {
     if let Some(hex) = s.strip_prefix("\\x").or_else(|| s.strip_prefix("\\X")) {
         let hex: Vec<u8> = hex.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        if hex.len() % 2 != 0 {
+        if !hex.len().is_multiple_of(2) {
             return None;
         }
         return hex
