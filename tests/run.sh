@@ -18,7 +18,7 @@ fi
 
 echo "== cargo test"
 set +e
-cargo test --workspace 2>&1 | tee "$target/cargo-test.log"
+cargo test --workspace --no-fail-fast 2>&1 | tee "$target/cargo-test.log"
 rust_status=${PIPESTATUS[0]}
 
 echo "== pytest"
@@ -36,10 +36,10 @@ fi
 set -e
 
 # One closing line over all runners.
-rust_passed=$(grep -Eo '[0-9]+ passed' "$target/cargo-test.log" | awk '{s+=$1} END {print s+0}')
-rust_failed=$(grep -Eo '[0-9]+ failed' "$target/cargo-test.log" | awk '{s+=$1} END {print s+0}')
-py_passed=$(grep -Eo '[0-9]+ passed' "$target/pytest.log" | tail -1 | awk '{print $1+0}')
-py_failed=$(grep -Eo '[0-9]+ failed' "$target/pytest.log" | tail -1 | awk '{print $1+0}')
+rust_passed=$(grep -Eo '[0-9]+ passed' "$target/cargo-test.log" | awk '{s+=$1} END {print s+0}' || true)
+rust_failed=$(grep -Eo '[0-9]+ failed' "$target/cargo-test.log" | awk '{s+=$1} END {print s+0}' || true)
+py_passed=$(grep -Eo '[0-9]+ passed' "$target/pytest.log" | tail -1 | awk '{print $1+0}' || true)
+py_failed=$(grep -Eo '[0-9]+ failed' "$target/pytest.log" | tail -1 | awk '{print $1+0}' || true)
 go_passed=$(grep -Ec '^[[:space:]]*--- PASS' "$target/go-test.log" || true)
 go_failed=$(grep -Ec '^[[:space:]]*--- FAIL' "$target/go-test.log" || true)
 passed=$((rust_passed + ${py_passed:-0} + go_passed))
