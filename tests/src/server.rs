@@ -78,7 +78,7 @@ impl Server {
     }
 
     /// Sends SIGTERM and waits (bounded) for the process to exit. Panics if
-    /// it does not exit within [`SHUTDOWN_TIMEOUT`] (it is SIGKILLed first).
+    /// it does not exit within `SHUTDOWN_TIMEOUT` (it is SIGKILLed first).
     pub async fn stop(&mut self) -> ExitStatus {
         let mut child = self
             .child
