@@ -84,7 +84,8 @@ pub struct CopyFrom {
     pub stream: String,
     pub columns: Vec<String>,
     pub format: CopyFormat,
-    /// Data given inline after the statement (psql scripts).
+    /// Data given inline after the statement, up to a `\.` line (psql
+    /// scripts), in the COPY's own format.
     pub inline: Option<String>,
 }
 
@@ -105,7 +106,48 @@ pub enum CopyFormat {
 }
 
 /// Parse SQL text (possibly several statements) into classified statements.
+/// `COPY ... FROM STDIN;` followed by data lines and a `\.` line (as psql
+/// scripts write it) carries that data inline.
 pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
+    if let Some((head, data, rest)) = split_inline_copy(sql) {
+        let mut out = parse_statements(head)?;
+        match out.last_mut() {
+            Some(Parsed::CopyFrom(c)) => c.inline = Some(data.to_string()),
+            _ => {
+                return Err(Error::syntax(
+                    "data lines after a statement that is not COPY FROM STDIN",
+                ))
+            }
+        }
+        out.extend(parse(rest)?);
+        return Ok(out);
+    }
+    parse_statements(sql)
+}
+
+/// Split `...COPY x FROM STDIN ...;\n<data>\\.\n<rest>` into its parts.
+fn split_inline_copy(sql: &str) -> Option<(&str, &str, &str)> {
+    let lower = sql.to_ascii_lowercase();
+    let at = lower.find("from stdin")?;
+    let semi = at + sql[at..].find(';')?;
+    let after = &sql[semi + 1..];
+    let nl = after.find('\n')?;
+    if !after[..nl].trim().is_empty() {
+        return None;
+    }
+    let data_start = semi + 1 + nl + 1;
+    let body = &sql[data_start..];
+    let mut pos = 0;
+    for line in body.split_inclusive('\n') {
+        if line.trim_end_matches(['\n', '\r']) == "\\." {
+            return Some((&sql[..=semi], &body[..pos], &body[pos + line.len()..]));
+        }
+        pos += line.len();
+    }
+    None
+}
+
+fn parse_statements(sql: &str) -> Result<Vec<Parsed>> {
     let (rewritten, stream_flags) = rewrite(sql)?;
     let stmts = Parser::new(&PostgreSqlDialect {})
         .try_with_sql(&rewritten)
@@ -540,26 +582,8 @@ fn classify_copy(
         return Err(Error::syntax("COPY FROM needs a stream name"));
     };
     let format = copy_format(options, legacy)?;
-    let inline = if values.is_empty() {
-        None
-    } else {
-        let delim = match &format {
-            CopyFormat::Text { delimiter, .. } | CopyFormat::Csv { delimiter, .. } => *delimiter,
-            CopyFormat::Binary => '\t',
-        };
-        let null_text = match &format {
-            CopyFormat::Text { null, .. } | CopyFormat::Csv { null, .. } => null.clone(),
-            CopyFormat::Binary => String::new(),
-        };
-        let _ = delim;
-        Some(
-            values
-                .into_iter()
-                .map(|v| v.unwrap_or_else(|| null_text.clone()))
-                .collect::<Vec<_>>()
-                .join("\t"),
-        )
-    };
+    let _ = values; // inline data is cut out before parsing (see `parse`)
+    let inline = None;
     Ok(Parsed::CopyFrom(CopyFrom {
         stream: object_name(&table_name),
         columns: columns.iter().map(normalize_ident).collect(),
