@@ -1,0 +1,218 @@
+//! Cursors and tails of a session: `COPY ... TO STDOUT`, `DECLARE` /
+//! `FETCH` / `CLOSE`, and row-limited portals of the extended protocol.
+//! A cursor over a tailable query is a [`Tail`]; any other is a snapshot
+//! stream read as far as each FETCH asks.
+
+use super::*;
+
+pub(super) enum Cursor {
+    Tail(Box<Tail>),
+    /// The stream sits in a mutex only to make the session `Sync`; it is
+    /// reached through `get_mut`, never locked.
+    Snapshot {
+        schema: SchemaRef,
+        stream: parking_lot::Mutex<SendableRecordBatchStream>,
+        buffered: VecDeque<RecordBatch>,
+    },
+}
+
+pub(super) struct CursorEntry {
+    pub(super) cursor: Cursor,
+    pub(super) hold: bool,
+}
+
+/// Most row-limited tail portals one session keeps open.
+pub(super) const MAX_PORTAL_TAILS: usize = 64;
+
+pub(super) fn no_cursor(name: &str) -> Error {
+    Error::new(
+        sqlstate::INVALID_CURSOR_NAME,
+        format!("cursor \"{name}\" does not exist"),
+    )
+}
+
+/// Rows available now (up to `max`); if none, wait up to `wait` for one.
+pub(super) async fn fetch_tail(
+    tail: &mut Tail,
+    max: usize,
+    wait: Duration,
+    cancel: &mut CancelWatch,
+) -> Result<Vec<RecordBatch>> {
+    let rows = tail.poll(max).await?;
+    if !rows.is_empty() || tail.finished() {
+        return Ok(rows);
+    }
+    if tail.wait(Some(wait), cancel).await? {
+        tail.poll(max).await
+    } else {
+        Ok(vec![])
+    }
+}
+
+impl Session {
+    pub(super) async fn copy_to(
+        &mut self,
+        query: &sqlparser::ast::Query,
+        format: CopyFormat,
+        params: &[ScalarValue],
+    ) -> Result<Output> {
+        if let Some(spec) = tail::tail_spec(query, params) {
+            let tail = Tail::start(
+                self.engine.catalog.clone(),
+                self.ctx.clone(),
+                spec,
+                params.to_vec(),
+            )
+            .await?;
+            let schema = tail.schema();
+            return Ok(Output::CopyOut {
+                schema,
+                format,
+                stream: tail.into_stream(self.cancel_watch()),
+            });
+        }
+        match self
+            .query(&Statement::Query(Box::new(query.clone())), params)
+            .await?
+        {
+            Output::Rows { schema, stream, .. } => Ok(Output::CopyOut {
+                schema,
+                format,
+                stream,
+            }),
+            _ => Err(Error::internal("COPY query produced no rows")),
+        }
+    }
+
+    pub(super) async fn open_cursor(
+        &mut self,
+        query: &sqlparser::ast::Query,
+        params: &[ScalarValue],
+    ) -> Result<Cursor> {
+        if let Some(spec) = tail::tail_spec(query, params) {
+            let tail = Tail::start(
+                self.engine.catalog.clone(),
+                self.ctx.clone(),
+                spec,
+                params.to_vec(),
+            )
+            .await?;
+            return Ok(Cursor::Tail(Box::new(tail)));
+        }
+        match self
+            .query(&Statement::Query(Box::new(query.clone())), params)
+            .await?
+        {
+            Output::Rows { schema, stream, .. } => Ok(Cursor::Snapshot {
+                schema,
+                stream: parking_lot::Mutex::new(stream),
+                buffered: VecDeque::new(),
+            }),
+            _ => Err(Error::internal("cursor query produced no rows")),
+        }
+    }
+
+    pub(super) async fn fetch(&mut self, name: &str, count: Option<u64>) -> Result<Output> {
+        let wait = self.tail_wait();
+        let mut cancel = self.cancel_watch();
+        let entry = self.cursors.get_mut(name).ok_or_else(|| no_cursor(name))?;
+        let max = count
+            .map(|c| c.min(usize::MAX as u64) as usize)
+            .unwrap_or(usize::MAX);
+        let (schema, batches) = match &mut entry.cursor {
+            Cursor::Tail(tail) => (
+                tail.schema(),
+                fetch_tail(tail, max, wait, &mut cancel).await?,
+            ),
+            Cursor::Snapshot {
+                schema,
+                stream,
+                buffered,
+            } => {
+                let mut out = Vec::new();
+                let mut want = max;
+                while want > 0 {
+                    let batch = match buffered.pop_front() {
+                        Some(b) => b,
+                        None => match stream.get_mut().next().await {
+                            Some(b) => b?,
+                            None => break,
+                        },
+                    };
+                    let take = batch.num_rows().min(want);
+                    if take < batch.num_rows() {
+                        buffered.push_front(batch.slice(take, batch.num_rows() - take));
+                    }
+                    want -= take;
+                    out.push(batch.slice(0, take));
+                }
+                (schema.clone(), out)
+            }
+        };
+        Ok(Output::Rows {
+            schema: schema.clone(),
+            stream: batches_stream(schema, batches),
+            tag: "FETCH".into(),
+        })
+    }
+
+    /// Execute with a row limit on a tailable query (extended protocol):
+    /// like FETCH on a cursor kept per portal. `None` if the statement is
+    /// not a tailable query, so the caller runs it normally. The flag says
+    /// whether the portal is suspended (more may come) or complete.
+    pub async fn portal_fetch(
+        &mut self,
+        portal: usize,
+        p: &Parsed,
+        params: &[ScalarValue],
+        max_rows: usize,
+    ) -> Result<Option<(SchemaRef, Vec<RecordBatch>, bool)>> {
+        if matches!(self.txn, Txn::Failed) {
+            return Err(Error::new(
+                sqlstate::IN_FAILED_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        let Parsed::Query(stmt) = p else {
+            return Ok(None);
+        };
+        let Statement::Query(q) = stmt.as_ref() else {
+            return Ok(None);
+        };
+        if !self.portal_tails.contains_key(&portal) {
+            let Some(spec) = tail::tail_spec(q, params) else {
+                return Ok(None);
+            };
+            let tail = Tail::start(
+                self.engine.catalog.clone(),
+                self.ctx.clone(),
+                spec,
+                params.to_vec(),
+            )
+            .await;
+            let tail = tail.map_err(|e| self.fail(e))?;
+            if self.portal_tails.len() >= MAX_PORTAL_TAILS {
+                self.portal_tails.clear();
+            }
+            self.portal_tails.insert(portal, tail);
+        }
+        let wait = self.tail_wait();
+        let mut cancel = self.cancel_watch();
+        let Some(tail) = self.portal_tails.get_mut(&portal) else {
+            return Ok(None);
+        };
+        let batches = fetch_tail(tail, max_rows.max(1), wait, &mut cancel).await;
+        let schema = tail.schema();
+        let more = !tail.finished();
+        let batches = batches.map_err(|e| self.fail(e))?;
+        Ok(Some((schema, batches, more)))
+    }
+
+    /// Columns of an open SQL cursor (for Describe of a portal by that name).
+    pub fn cursor_schema(&self, name: &str) -> Option<SchemaRef> {
+        self.cursors.get(name).map(|c| match &c.cursor {
+            Cursor::Tail(t) => t.schema(),
+            Cursor::Snapshot { schema, .. } => schema.clone(),
+        })
+    }
+}

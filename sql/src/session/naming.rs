@@ -1,0 +1,124 @@
+//! Result column names as PostgreSQL gives them, and the aliases that let
+//! DataFusion plan what PostgreSQL accepts (`SELECT 1, 1`).
+
+use super::*;
+
+/// Result column names as PostgreSQL gives them: an unaliased column keeps
+/// its name, a function call is named after the function, a cast after its
+/// operand, anything else is `?column?` (DataFusion would print the whole
+/// expression).
+pub(super) fn pg_column_names(stmt: &Statement, schema: &Schema) -> SchemaRef {
+    let Statement::Query(q) = stmt else {
+        return Arc::new(schema.clone());
+    };
+    let SetExpr::Select(select) = q.body.as_ref() else {
+        return Arc::new(schema.clone());
+    };
+    if select.projection.len() != schema.fields().len()
+        || select.projection.iter().any(|p| {
+            matches!(
+                p,
+                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+            )
+        })
+    {
+        return Arc::new(schema.clone());
+    }
+    let fields: Vec<Field> = select
+        .projection
+        .iter()
+        .zip(schema.fields())
+        .map(|(item, f)| match item {
+            SelectItem::UnnamedExpr(e) => f.as_ref().clone().with_name(expr_name(e)),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+fn expr_name(e: &Expr) -> String {
+    match e {
+        Expr::Identifier(id) => statement::normalize_ident(id),
+        Expr::CompoundIdentifier(ids) => ids
+            .last()
+            .map(statement::normalize_ident)
+            .unwrap_or_default(),
+        Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(statement::normalize_ident)
+            .unwrap_or_else(|| "?column?".into()),
+        Expr::Cast {
+            expr, data_type, ..
+        } => match expr.as_ref() {
+            Expr::Identifier(_)
+            | Expr::CompoundIdentifier(_)
+            | Expr::Function(_)
+            | Expr::Cast { .. } => expr_name(expr),
+            _ => ColumnType::parse(&data_type.to_string())
+                .map(|t| pg_type_short_name(t).to_string())
+                .unwrap_or_else(|_| data_type.to_string().to_lowercase()),
+        },
+        Expr::Nested(inner) => expr_name(inner),
+        Expr::Case { .. } => "case".into(),
+        Expr::Exists { .. } => "exists".into(),
+        Expr::Array(_) => "array".into(),
+        _ => "?column?".into(),
+    }
+}
+
+/// The `typname` PostgreSQL uses to name a cast column (`'1'::int` → int4).
+fn pg_type_short_name(t: ColumnType) -> &'static str {
+    match t {
+        ColumnType::Bool => "bool",
+        ColumnType::Int2 => "int2",
+        ColumnType::Int4 => "int4",
+        ColumnType::Int8 => "int8",
+        ColumnType::Float4 => "float4",
+        ColumnType::Float8 => "float8",
+        ColumnType::Numeric(_) => "numeric",
+        ColumnType::Text => "text",
+        ColumnType::Varchar(_) => "varchar",
+        ColumnType::Bytea => "bytea",
+        ColumnType::Timestamptz => "timestamptz",
+        ColumnType::Timestamp => "timestamp",
+        ColumnType::Date => "date",
+        ColumnType::Json => "json",
+        ColumnType::Jsonb => "jsonb",
+        ColumnType::Uuid => "uuid",
+    }
+}
+
+/// DataFusion requires distinct output names; PostgreSQL does not
+/// (`SELECT 1, 1`). Give every unnamed non-column expression of the top
+/// SELECT a private alias; [`pg_column_names`] restores the PostgreSQL
+/// names afterwards.
+pub(super) fn with_unique_names(stmt: &Statement) -> Statement {
+    let mut stmt = stmt.clone();
+    if let Statement::Query(q) = &mut stmt {
+        if let SetExpr::Select(select) = q.body.as_mut() {
+            let wildcard = select.projection.iter().any(|p| {
+                matches!(
+                    p,
+                    SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+                )
+            });
+            if wildcard {
+                return stmt;
+            }
+            for (i, item) in select.projection.iter_mut().enumerate() {
+                if let SelectItem::UnnamedExpr(e) = item {
+                    if !matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
+                        *item = SelectItem::ExprWithAlias {
+                            expr: e.clone(),
+                            alias: sqlparser::ast::Ident::new(format!("__sluice_col_{i}")),
+                        };
+                    }
+                }
+            }
+        }
+    }
+    stmt
+}
