@@ -32,6 +32,20 @@ pub struct Notification {
     pub pid: i32,
     pub channel: String,
     pub payload: String,
+    /// For a NOTIFY: every stream's next offset when it was committed, so a
+    /// listener delivers exactly the rows committed before it, first.
+    pub watermark: Option<Arc<Vec<(u64, u64)>>>,
+}
+
+/// Every stream's next offset now: the commit point of a notification.
+pub fn watermark(catalog: &Catalog) -> Arc<Vec<(u64, u64)>> {
+    Arc::new(
+        catalog
+            .list()
+            .iter()
+            .map(|s| (s.def.id, s.log.next_offset()))
+            .collect(),
+    )
 }
 
 /// Routes notifications to listening sessions.
@@ -157,9 +171,15 @@ async fn run(
             .await;
         };
         tokio::select! {
+            // notifications first: one queued before a row committed goes out
+            // before the catch-up that would deliver that row
+            biased;
             n = inbox.recv() => {
                 let Some(n) = n else { return };
-                if !catch_up(&catalog, &mut followers, &out).await || out.send(n).await.is_err() {
+                let watermark = n.watermark.clone();
+                if !catch_up(&catalog, &mut followers, &out, watermark.as_deref().map(|w| w.as_slice())).await
+                    || out.send(n).await.is_err()
+                {
                     return;
                 }
             }
@@ -175,7 +195,7 @@ async fn run(
                 }
             },
             _ = advanced => {
-                if !catch_up(&catalog, &mut followers, &out).await {
+                if !catch_up(&catalog, &mut followers, &out, None).await {
                     return;
                 }
             }
@@ -189,10 +209,20 @@ async fn catch_up(
     catalog: &Catalog,
     followers: &mut HashMap<String, Follower>,
     out: &mpsc::Sender<Notification>,
+    watermark: Option<&[(u64, u64)]>,
 ) -> bool {
     followers.retain(|name, f| catalog.get(name).map(|s| s.def.id) == Some(f.stream.def.id));
     for f in followers.values_mut() {
-        let end = f.stream.log.next_offset();
+        let mut end = f.stream.log.next_offset();
+        if let Some(w) = watermark {
+            let id = f.stream.def.id;
+            end = end.min(
+                w.iter()
+                    .find(|(s, _)| *s == id)
+                    .map(|(_, n)| *n)
+                    .unwrap_or(f.pos),
+            );
+        }
         if f.pos >= end {
             continue;
         }
@@ -207,6 +237,7 @@ async fn catch_up(
                     pid: 0,
                     channel: f.stream.name().to_string(),
                     payload: format!("{{\"lagged\":true,\"resume_from\":{resume_from}}}"),
+                    watermark: None,
                 });
                 f.pos = f.stream.log.next_offset();
             }
@@ -252,6 +283,7 @@ fn deliver(
                 pid: 0,
                 channel: stream.name().to_string(),
                 payload,
+                watermark: None,
             };
             match tx.try_send(n) {
                 Ok(()) => {}
@@ -293,6 +325,7 @@ mod tests {
                 pid: 9,
                 channel: "c".into(),
                 payload: i.to_string(),
+                watermark: None,
             });
         }
         assert_eq!(rx1.try_recv().unwrap().payload, "0");
@@ -306,6 +339,7 @@ mod tests {
             pid: 9,
             channel: "c".into(),
             payload: "x".into(),
+            watermark: None,
         });
         assert!(rx2.try_recv().is_err());
     }

@@ -142,6 +142,7 @@ impl Session {
         let ctx = engine.new_context();
         let notify = Arc::new(NotifyState {
             hub: engine.hub.clone(),
+            catalog: engine.catalog.clone(),
             pid: AtomicI32::new(0),
             in_block: AtomicBool::new(false),
             pending: parking_lot::Mutex::new(Vec::new()),
@@ -203,9 +204,13 @@ impl Session {
     fn end_block(&mut self, committed: bool) {
         self.notify.in_block.store(false, Ordering::Release);
         let pending = std::mem::take(&mut *self.notify.pending.lock());
-        if committed {
-            for n in &pending {
-                self.engine.hub.publish(n);
+        if committed && !pending.is_empty() {
+            let watermark = notify::watermark(&self.engine.catalog);
+            for n in pending {
+                self.engine.hub.publish(&Notification {
+                    watermark: Some(watermark.clone()),
+                    ..n
+                });
             }
         }
         self.cursors.retain(|_, c| c.hold);
@@ -862,29 +867,8 @@ impl Session {
             ));
         }
         if matches!(copy.format, CopyFormat::Binary) {
-            let mut values = Vec::new();
-            for (i, row) in crate::binary::copy_rows(data)?.into_iter().enumerate() {
-                if row.len() != copy.targets.len() {
-                    return Err(Error::new(
-                        sqlstate::INVALID_TEXT_REPRESENTATION,
-                        "row field count does not match the COPY column list",
-                    )
-                    .with_detail(format!(
-                        "COPY {}, line {}",
-                        copy.stream.name(),
-                        i + 1
-                    )));
-                }
-                let mut vals = Vec::with_capacity(row.len());
-                for (f, &t) in row.into_iter().zip(&copy.targets) {
-                    let ty = copy.stream.def.columns[t].ty;
-                    vals.push(match f {
-                        None => ty.coerce(ScalarValue::Null)?,
-                        Some(b) => ty.coerce(crate::binary::decode(ty, b)?)?,
-                    });
-                }
-                values.push(vals);
-            }
+            let rows = crate::binary::copy_rows(data)?;
+            let values = copy_values(&copy, rows, crate::binary::decode)?;
             return self.append_copied(&copy, values).await;
         }
         let text = std::str::from_utf8(data).map_err(|_| {
@@ -894,36 +878,7 @@ impl Session {
             )
         })?;
         let rows = copy::parse_rows(text, &copy.format)?;
-        let n = rows.len();
-        let mut values = Vec::with_capacity(n);
-        for (i, row) in rows.into_iter().enumerate() {
-            if row.len() != copy.targets.len() {
-                return Err(Error::new(
-                    sqlstate::INVALID_TEXT_REPRESENTATION,
-                    if row.len() < copy.targets.len() {
-                        "missing data for column"
-                    } else {
-                        "extra data after last expected column"
-                    },
-                )
-                .with_detail(format!(
-                    "COPY {}, line {}",
-                    copy.stream.name(),
-                    i + 1
-                )));
-            }
-            let mut vals = Vec::with_capacity(row.len());
-            for (f, &t) in row.into_iter().zip(&copy.targets) {
-                let ty = copy.stream.def.columns[t].ty;
-                vals.push(match f {
-                    None => ty.coerce(ScalarValue::Null)?,
-                    Some(s) => ty.parse_text(&s).map_err(|e| {
-                        e.with_detail(format!("COPY {}, line {}", copy.stream.name(), i + 1))
-                    })?,
-                });
-            }
-            values.push(vals);
-        }
+        let values = copy_values(&copy, rows, |ty, text: String| ty.parse_text(&text))?;
         self.append_copied(&copy, values).await
     }
 
@@ -1068,4 +1023,40 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.unlisten_all();
     }
+}
+
+/// Typed rows from COPY fields (`None` = NULL), decoded per format; an
+/// error names the COPY line.
+fn copy_values<F>(
+    copy: &PendingCopy,
+    rows: Vec<Vec<Option<F>>>,
+    decode: impl Fn(ColumnType, F) -> Result<ScalarValue>,
+) -> Result<Vec<Vec<ScalarValue>>> {
+    let line = |i: usize| format!("COPY {}, line {}", copy.stream.name(), i + 1);
+    rows.into_iter()
+        .enumerate()
+        .map(|(i, row)| {
+            if row.len() != copy.targets.len() {
+                let msg = if row.len() < copy.targets.len() {
+                    "missing data for column"
+                } else {
+                    "extra data after last expected column"
+                };
+                return Err(
+                    Error::new(sqlstate::INVALID_TEXT_REPRESENTATION, msg).with_detail(line(i))
+                );
+            }
+            row.into_iter()
+                .zip(&copy.targets)
+                .map(|(f, &t)| {
+                    let ty = copy.stream.def.columns[t].ty;
+                    match f {
+                        None => ty.coerce(ScalarValue::Null),
+                        Some(v) => decode(ty, v).and_then(|v| ty.coerce(v)),
+                    }
+                    .map_err(|e| e.with_detail(line(i)))
+                })
+                .collect()
+        })
+        .collect()
 }

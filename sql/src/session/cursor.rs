@@ -50,6 +50,16 @@ pub(super) async fn fetch_tail(
 }
 
 impl Session {
+    async fn start_tail(&self, spec: tail::TailSpec, params: &[ScalarValue]) -> Result<Tail> {
+        Tail::start(
+            self.engine.catalog.clone(),
+            self.ctx.clone(),
+            spec,
+            params.to_vec(),
+        )
+        .await
+    }
+
     pub(super) async fn copy_to(
         &mut self,
         query: &sqlparser::ast::Query,
@@ -57,13 +67,7 @@ impl Session {
         params: &[ScalarValue],
     ) -> Result<Output> {
         if let Some(spec) = tail::tail_spec(query, params) {
-            let tail = Tail::start(
-                self.engine.catalog.clone(),
-                self.ctx.clone(),
-                spec,
-                params.to_vec(),
-            )
-            .await?;
+            let tail = self.start_tail(spec, params).await?;
             let schema = tail.schema();
             return Ok(Output::CopyOut {
                 schema,
@@ -90,13 +94,7 @@ impl Session {
         params: &[ScalarValue],
     ) -> Result<Cursor> {
         if let Some(spec) = tail::tail_spec(query, params) {
-            let tail = Tail::start(
-                self.engine.catalog.clone(),
-                self.ctx.clone(),
-                spec,
-                params.to_vec(),
-            )
-            .await?;
+            let tail = self.start_tail(spec, params).await?;
             return Ok(Cursor::Tail(Box::new(tail)));
         }
         match self
@@ -183,13 +181,7 @@ impl Session {
             let Some(spec) = tail::tail_spec(q, params) else {
                 return Ok(None);
             };
-            let tail = Tail::start(
-                self.engine.catalog.clone(),
-                self.ctx.clone(),
-                spec,
-                params.to_vec(),
-            )
-            .await;
+            let tail = self.start_tail(spec, params).await;
             let tail = tail.map_err(|e| self.fail(e))?;
             if self.portal_tails.len() >= MAX_PORTAL_TAILS {
                 self.portal_tails.clear();

@@ -7,6 +7,7 @@ use super::*;
 #[derive(Debug)]
 pub(super) struct NotifyState {
     pub(super) hub: Arc<notify::Hub>,
+    pub(super) catalog: Arc<crate::catalog::Catalog>,
     pub(super) pid: AtomicI32,
     pub(super) in_block: AtomicBool,
     pub(super) pending: parking_lot::Mutex<Vec<Notification>>,
@@ -18,11 +19,16 @@ impl NotifyState {
             pid: self.pid.load(Ordering::Relaxed),
             channel,
             payload,
+            watermark: None,
         };
         if self.in_block.load(Ordering::Acquire) {
+            // stamped with the watermark at COMMIT
             self.pending.lock().push(n);
         } else {
-            self.hub.publish(&n);
+            self.hub.publish(&Notification {
+                watermark: Some(notify::watermark(&self.catalog)),
+                ..n
+            });
         }
     }
 }
