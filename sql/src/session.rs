@@ -564,6 +564,10 @@ impl Session {
                     true,
                 )]))),
             }),
+            Parsed::Fetch { name, .. } => Ok(Description {
+                params: vec![],
+                schema: self.cursor_schema(name),
+            }),
             Parsed::ShowStreams => {
                 let stmt = statement::parse(
                     "SELECT name, first_offset, next_offset, bytes, segments FROM sluice_streams",
