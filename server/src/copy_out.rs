@@ -79,7 +79,7 @@ impl CopyEncoder {
             }
             for (c, enc) in self.encodings.iter().enumerate() {
                 let col = batch.column(c);
-                let null = col.is_null(r);
+                let null = col.is_null(r) || col.data_type().is_null();
                 match &self.format {
                     CopyFormat::Binary => {
                         if null {

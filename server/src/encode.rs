@@ -139,7 +139,7 @@ impl RowEncoder {
         for r in 0..n {
             for (c, formatter) in fallback.iter().enumerate() {
                 let col = batch.column(c);
-                if col.is_null(r) {
+                if col.is_null(r) || col.data_type().is_null() {
                     buf.put_i32(-1);
                     continue;
                 }

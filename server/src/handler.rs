@@ -204,7 +204,12 @@ impl Backend {
             .get(METADATA_USER)
             .cloned()
             .unwrap_or_else(|| "sluice".into());
+        let database = md
+            .get(pgwire::api::METADATA_DATABASE)
+            .cloned()
+            .unwrap_or_else(|| user.clone());
         let mut session = Session::new(self.engine.clone());
+        session.set_identity(&user, &database);
         session.set_backend_pid(pid);
         session.set_cancel_signal(cancel_rx);
         session.set_setting("application_name", &application_name);
@@ -434,7 +439,7 @@ fn query_response(
 }
 
 fn output_context(session: &Session) -> OutputContext {
-    OutputContext::new(session.setting("timezone").unwrap_or("UTC"))
+    OutputContext::new(session.setting("timezone").as_deref().unwrap_or("UTC"))
 }
 
 /// Send a COPY TO stream: CopyOutResponse, one CopyData per row, CopyDone

@@ -36,7 +36,15 @@ const STREAMS_DIR: &str = "streams";
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct CheckpointFile {
     applied_index: u64,
+    /// Next PostgreSQL OID to hand out to a created relation.
+    #[serde(default = "first_user_oid")]
+    next_oid: u32,
     streams: Vec<CheckpointedStream>,
+}
+
+/// PostgreSQL's first OID for user objects.
+fn first_user_oid() -> u32 {
+    16384
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -62,6 +70,7 @@ pub struct Database {
     /// Index covered by the last checkpoint.
     checkpointed: u64,
     default_segment_bytes: u64,
+    next_oid: u32,
 }
 
 impl Database {
@@ -106,6 +115,7 @@ impl Database {
             }
         }
         Ok(Database {
+            next_oid: cp.next_oid.max(first_user_oid()),
             dir: dir.to_path_buf(),
             catalog,
             stats,
@@ -126,6 +136,7 @@ impl Database {
         }
         let file = CheckpointFile {
             applied_index: index,
+            next_oid: self.next_oid,
             streams,
         };
         let bytes = serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?;
@@ -209,6 +220,8 @@ impl Database {
                         // unique per op even when one command creates several streams
                         def.id = index * 1024 + i as u64 + 1;
                         def.name = c.name.clone();
+                        def.oid = self.next_oid;
+                        self.next_oid += 1;
                         let log = StreamLog::create(
                             &stream_dir(&self.dir, def.id),
                             stream_options(&def, self.default_segment_bytes),

@@ -46,6 +46,10 @@ pub struct StreamDef {
     /// Raft index of the command that created the stream: unique forever,
     /// so a dropped and re-created stream is never confused with the old one.
     pub id: u64,
+    /// PostgreSQL OID of the relation (pg_class.oid), assigned from the
+    /// state machine's counter when the stream is created.
+    #[serde(default)]
+    pub oid: u32,
     pub name: String,
     pub columns: Vec<ColumnDef>,
     pub options: StreamOptions,

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, SchemaProvider};
 use datafusion::datasource::{MemTable, TableProvider};
@@ -79,6 +79,7 @@ pub struct Engine {
     node: NodeHandle<CommandResult>,
     apply_stats: Arc<ApplyStats>,
     last_ts: AtomicI64,
+    system: crate::system::SystemCatalog,
 }
 
 impl Engine {
@@ -104,6 +105,7 @@ impl Engine {
             node,
             apply_stats,
             last_ts: AtomicI64::new(i64::MIN),
+            system: crate::system::SystemCatalog::new()?,
         }))
     }
 
@@ -189,12 +191,13 @@ impl Engine {
         self.node.status()
     }
 
-    /// A DataFusion context whose default schema shows the live catalog.
-    pub fn new_context(self: &Arc<Self>) -> SessionContext {
+    /// A DataFusion context whose default schema shows the live catalog,
+    /// with `pg_catalog` and `information_schema` for the session `vars`.
+    pub fn new_context(self: &Arc<Self>, vars: crate::system::SharedVars) -> SessionContext {
         let config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG_NAME, SCHEMA_NAME)
             .with_create_default_catalog_and_schema(false)
-            .with_information_schema(true)
+            .with_information_schema(false)
             .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
             .set_bool("datafusion.execution.parquet.pushdown_filters", false);
         let ctx = SessionContext::new_with_config(config);
@@ -205,6 +208,7 @@ impl Engine {
         // registering into a fresh in-memory catalog cannot fail
         let _ = catalog.register_schema(SCHEMA_NAME, schema);
         ctx.register_catalog(CATALOG_NAME, Arc::new(catalog));
+        self.system.install(&ctx, self, vars);
         ctx
     }
 }
@@ -263,12 +267,32 @@ impl SchemaProvider for LiveSchema {
     }
 }
 
-fn stats_table(engine: &Engine) -> DFResult<Arc<dyn TableProvider>> {
-    let stats = engine.stats();
-    let schema = Arc::new(Schema::new(vec![
+/// Sluice's system views in `public`, with their schemas.
+pub(crate) fn system_views() -> Vec<(&'static str, SchemaRef)> {
+    vec![(STATS_VIEW, stats_schema()), (STREAMS_VIEW, streams_schema())]
+}
+
+fn stats_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
         Field::new("metric", DataType::Utf8, false),
         Field::new("value", DataType::Int64, false),
-    ]));
+    ]))
+}
+
+fn streams_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("first_offset", DataType::Int64, false),
+        Field::new("next_offset", DataType::Int64, false),
+        Field::new("bytes", DataType::Int64, false),
+        Field::new("segments", DataType::Int64, false),
+        Field::new("retention", DataType::Utf8, true),
+    ]))
+}
+
+fn stats_table(engine: &Engine) -> DFResult<Arc<dyn TableProvider>> {
+    let stats = engine.stats();
+    let schema = stats_schema();
     let batch = RecordBatch::try_new(
         schema.clone(),
         vec![
@@ -281,14 +305,7 @@ fn stats_table(engine: &Engine) -> DFResult<Arc<dyn TableProvider>> {
 
 fn streams_table(engine: &Engine) -> DFResult<Arc<dyn TableProvider>> {
     let streams = engine.catalog.list();
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("name", DataType::Utf8, false),
-        Field::new("first_offset", DataType::Int64, false),
-        Field::new("next_offset", DataType::Int64, false),
-        Field::new("bytes", DataType::Int64, false),
-        Field::new("segments", DataType::Int64, false),
-        Field::new("retention", DataType::Utf8, true),
-    ]));
+    let schema = streams_schema();
     let retention = |ms: Option<u64>| ms.map(|m| format!("{} ms", m));
     let batch = RecordBatch::try_new(
         schema.clone(),

@@ -22,6 +22,7 @@ pub mod notify;
 pub mod provider;
 pub mod session;
 pub mod statement;
+pub mod system;
 pub mod tail;
 pub mod types;
 

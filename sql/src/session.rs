@@ -46,7 +46,7 @@ mod settings;
 use cursor::{no_cursor, CursorEntry};
 use functions::{pg_notify_udf, session_udfs, NotifyState};
 use naming::{pg_column_names, with_unique_names};
-pub use settings::canonical_setting;
+pub use settings::{canonical_setting, validate_setting};
 use settings::default_settings;
 
 /// What a statement produced, for the wire layer to send.
@@ -121,7 +121,8 @@ pub struct Session {
     engine: Arc<Engine>,
     ctx: SessionContext,
     txn: Txn,
-    settings: BTreeMap<String, String>,
+    /// Settings, user and database, shared with catalog functions.
+    vars: crate::system::SharedVars,
     id: u64,
     notify: Arc<NotifyState>,
     notify_tx: mpsc::Sender<Notification>,
@@ -139,7 +140,12 @@ pub struct Session {
 
 impl Session {
     pub fn new(engine: Arc<Engine>) -> Session {
-        let ctx = engine.new_context();
+        let vars = Arc::new(parking_lot::RwLock::new(crate::system::SessionVars {
+            user: "sluice".into(),
+            database: "sluice".into(),
+            settings: default_settings(),
+        }));
+        let ctx = engine.new_context(vars.clone());
         let notify = Arc::new(NotifyState {
             hub: engine.hub.clone(),
             catalog: engine.catalog.clone(),
@@ -158,7 +164,7 @@ impl Session {
             engine,
             ctx,
             txn: Txn::Idle,
-            settings: default_settings(),
+            vars,
             notify,
             notify_tx,
             notify_rx: Some(notify_rx),
@@ -197,8 +203,8 @@ impl Session {
     }
 
     fn tail_wait(&self) -> Duration {
-        let text = self.setting("tail_wait").unwrap_or("10s");
-        Duration::from_millis(statement::parse_duration_ms(text).unwrap_or(10_000))
+        let text = self.setting("tail_wait").unwrap_or_else(|| "10s".into());
+        Duration::from_millis(statement::parse_duration_ms(&text).unwrap_or(10_000))
     }
 
     fn end_block(&mut self, committed: bool) {
@@ -229,12 +235,23 @@ impl Session {
         }
     }
 
-    pub fn setting(&self, name: &str) -> Option<&str> {
-        self.settings.get(&name.to_lowercase()).map(|s| s.as_str())
+    pub fn setting(&self, name: &str) -> Option<String> {
+        self.vars.read().settings.get(&name.to_lowercase()).cloned()
     }
 
     pub fn set_setting(&mut self, name: &str, value: &str) {
-        self.settings.insert(name.to_lowercase(), value.to_string());
+        self.vars
+            .write()
+            .settings
+            .insert(name.to_lowercase(), value.to_string());
+    }
+
+    /// The user and database named at startup (`current_user`,
+    /// `current_database()`, the catalogs).
+    pub fn set_identity(&mut self, user: &str, database: &str) {
+        let mut vars = self.vars.write();
+        vars.user = user.to_string();
+        vars.database = database.to_string();
     }
 
     /// Run every statement of a simple-protocol query, stopping at the
@@ -450,20 +467,22 @@ impl Session {
             Parsed::Reset(name) => {
                 match name {
                     None => {
-                        let keep = self.settings.get("application_name").cloned();
-                        self.settings = default_settings();
+                        let mut vars = self.vars.write();
+                        let keep = vars.settings.get("application_name").cloned();
+                        vars.settings = default_settings();
                         if let Some(app) = keep {
-                            self.settings.insert("application_name".into(), app);
+                            vars.settings.insert("application_name".into(), app);
                         }
                     }
                     Some(n) => {
                         let n = canonical_setting(n);
+                        let mut vars = self.vars.write();
                         match default_settings().get(&n) {
                             Some(v) => {
-                                self.settings.insert(n, v.clone());
+                                vars.settings.insert(n, v.clone());
                             }
                             None => {
-                                self.settings.remove(&n);
+                                vars.settings.remove(&n);
                             }
                         }
                     }

@@ -14,7 +14,6 @@ use sqlparser::ast::{
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::Keyword;
-use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Token, Tokenizer, Whitespace, Word};
 
 use crate::catalog::{ColumnDef, StreamDef, StreamOptions, OFFSET_COLUMN, TS_COLUMN};
@@ -149,10 +148,8 @@ fn split_inline_copy(sql: &str) -> Option<(&str, &str, &str)> {
 
 fn parse_statements(sql: &str) -> Result<Vec<Parsed>> {
     let (rewritten, stream_flags) = rewrite(sql)?;
-    let stmts = Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(&rewritten)
-        .and_then(|mut p| p.parse_statements())
-        .map_err(|e| Error::syntax(clean_parser_error(&e.to_string())))?;
+    let stmts = crate::system::client_sql::parse(&rewritten)
+    .map_err(|e| Error::syntax(clean_parser_error(&e.to_string())))?;
     stmts
         .into_iter()
         .enumerate()
@@ -330,6 +327,7 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
             Parsed::CreateStream {
                 def: StreamDef {
                     id: 0,
+                    oid: 0,
                     name,
                     columns,
                     options,

@@ -49,10 +49,9 @@ pub fn canonical_setting(name: &str) -> String {
     }
 }
 
-impl Session {
-    pub(super) fn set(&mut self, name: &str, value: &str) -> Result<()> {
-        let name = canonical_setting(name);
-        match name.as_str() {
+/// Check a value for a (canonical) setting name before it is stored.
+pub fn validate_setting(name: &str, value: &str) -> Result<()> {
+    match name {
             "tail_wait" => {
                 statement::parse_duration_ms(value)?;
             }
@@ -79,12 +78,20 @@ impl Session {
             }
             _ => {}
         }
-        self.settings.insert(name, value.to_string());
+        Ok(())
+}
+
+impl Session {
+    pub(super) fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        let name = canonical_setting(name);
+        validate_setting(&name, value)?;
+        self.vars.write().settings.insert(name, value.to_string());
         Ok(())
     }
 
     pub(super) fn show(&self, name: &str) -> Result<Output> {
         let key = canonical_setting(name);
+        let vars = self.vars.read();
         if key == "all" {
             let schema = Arc::new(Schema::new(vec![
                 Field::new("name", DataType::Utf8, false),
@@ -94,10 +101,10 @@ impl Session {
             let batch = RecordBatch::try_new(
                 schema.clone(),
                 vec![
-                    Arc::new(StringArray::from_iter_values(self.settings.keys())),
-                    Arc::new(StringArray::from_iter_values(self.settings.values())),
+                    Arc::new(StringArray::from_iter_values(vars.settings.keys())),
+                    Arc::new(StringArray::from_iter_values(vars.settings.values())),
                     Arc::new(StringArray::from_iter_values(
-                        self.settings.keys().map(|_| ""),
+                        vars.settings.keys().map(|_| ""),
                     )),
                 ],
             )?;
@@ -107,7 +114,7 @@ impl Session {
                 tag: "SHOW".into(),
             });
         }
-        let value = self.settings.get(&key).cloned().ok_or_else(|| {
+        let value = vars.settings.get(&key).cloned().ok_or_else(|| {
             Error::new(
                 sqlstate::UNDEFINED_OBJECT,
                 format!("unrecognized configuration parameter \"{name}\""),

@@ -1,0 +1,143 @@
+//! Making the SQL clients send plannable by DataFusion.
+//!
+//! `datafusion-pg-catalog`'s rewriter handles most client catalog queries
+//! (`'t'::regclass`, `OPERATOR(pg_catalog.~)`, `COLLATE`, duplicate
+//! projection names, a few whole-query substitutions). Its rule set also
+//! turns correlated scalar subqueries in a projection into NULL — right for
+//! the catalog queries it targets (Sluice has no column defaults or
+//! collations to show), wrong for a user's query — so the full set applies
+//! only to statements that read the system catalogs, and every other query
+//! gets the meaning-preserving subset.
+//!
+//! [`FRAGMENTS`] adds substitutions of our own for client query fragments
+//! DataFusion cannot plan, each replaced by one that means the same for
+//! Sluice's catalogs.
+
+use std::sync::LazyLock;
+
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion_pg_catalog::sql::rules::{self, SqlStatementRewriteRule};
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+
+static CATALOG_SQL: LazyLock<PostgresCompatibilityParser> =
+    LazyLock::new(PostgresCompatibilityParser::new);
+
+static QUERY_RULES: LazyLock<Vec<Box<dyn SqlStatementRewriteRule>>> = LazyLock::new(|| {
+    vec![
+        Box::new(rules::AliasDuplicatedProjectionRewrite),
+        Box::new(rules::StripCallableQualifier),
+        Box::new(rules::CurrentUserVariableToSessionUserFunctionCall),
+        Box::new(rules::StripCollate),
+        Box::new(rules::RewritePgCatalogOperator),
+        Box::new(rules::RewriteRegCastToSubquery::new()),
+        Box::new(rules::FixVersionColumnName),
+    ]
+});
+
+/// (fragment as the client sends it, replacement). Matched ignoring
+/// whitespace differences.
+const FRAGMENTS: &[(&str, &str)] = &[
+    // psql \d+: TOAST table options. Sluice has no TOAST tables, so the
+    // `array(select ... unnest(tc.reloptions))` part (an ARRAY(subquery)
+    // DataFusion cannot plan) is always empty.
+    (
+        "pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ')",
+        "pg_catalog.array_to_string(c.reloptions, ', ')",
+    ),
+];
+
+/// Parse `sql` (already through Sluice's own token rewrite) into statements
+/// DataFusion can plan.
+pub fn parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
+    if reads_catalogs(sql) {
+        return CATALOG_SQL.parse(&substitute(sql));
+    }
+    let stmts = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(sql)?
+        .parse_statements()?;
+    Ok(stmts
+        .into_iter()
+        .map(|s| match s {
+            Statement::Query(_) => QUERY_RULES.iter().fold(s, |s, r| r.rewrite(s)),
+            other => other,
+        })
+        .collect())
+}
+
+/// Whether `sql` reads the system catalogs (`pg_*`, `information_schema`).
+fn reads_catalogs(sql: &str) -> bool {
+    let b = sql.as_bytes();
+    b.windows(3).any(|w| w.eq_ignore_ascii_case(b"pg_"))
+        || b.windows(18)
+            .any(|w| w.eq_ignore_ascii_case(b"information_schema"))
+}
+
+/// Apply [`FRAGMENTS`].
+fn substitute(sql: &str) -> String {
+    let mut out = sql.to_string();
+    for (pattern, replacement) in FRAGMENTS {
+        let (pat, _) = normalize(pattern);
+        let (norm, map) = normalize(&out);
+        if let Some(at) = norm.find(&pat) {
+            let start = map[at];
+            let end = map[at + pat.len() - 1] + 1;
+            out.replace_range(start..end, replacement);
+        }
+    }
+    out
+}
+
+/// `sql` with whitespace runs collapsed to one space and removed next to
+/// punctuation, plus each normalized byte's offset in `sql`.
+fn normalize(sql: &str) -> (String, Vec<usize>) {
+    let mut norm = String::with_capacity(sql.len());
+    let mut map = Vec::with_capacity(sql.len());
+    let mut pending_space = false;
+    for (i, ch) in sql.char_indices() {
+        if ch.is_whitespace() {
+            pending_space = !norm.is_empty();
+            continue;
+        }
+        if pending_space {
+            let prev_word = norm.chars().last().is_some_and(is_word);
+            if prev_word && is_word(ch) {
+                norm.push(' ');
+                map.push(i);
+            }
+            pending_space = false;
+        }
+        let mut buf = [0u8; 4];
+        for _ in ch.encode_utf8(&mut buf).bytes() {
+            map.push(i);
+        }
+        norm.push(ch);
+    }
+    (norm, map)
+}
+
+fn is_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '\'' || c == '"'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragments_match_across_whitespace() {
+        let sql = "SELECT c.relchecks, pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ')\n, c.reltablespace FROM pg_catalog.pg_class c";
+        let out = substitute(sql);
+        assert_eq!(
+            out,
+            "SELECT c.relchecks, pg_catalog.array_to_string(c.reloptions, ', ')\n, c.reltablespace FROM pg_catalog.pg_class c"
+        );
+    }
+
+    #[test]
+    fn user_queries_keep_correlated_subqueries() {
+        let stmts = parse("SELECT (SELECT max(b) FROM u WHERE u.a = t.a) FROM t").unwrap();
+        assert!(stmts[0].to_string().contains("SELECT max(b) FROM u"));
+    }
+}

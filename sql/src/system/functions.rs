@@ -1,0 +1,351 @@
+//! Catalog and session functions clients call: the crate's set
+//! (format_type, pg_get_expr, has_*_privilege, quote_ident, ...) plus the
+//! ones that need Sluice's session or catalog (current_database,
+//! current_setting/set_config, to_regtype/to_regclass, pg_get_userbyid,
+//! *_description).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use arrow::array::{Array, AsArray, Int32Array, StringArray};
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionImplementation, ScalarUDF, Signature, SimpleScalarUDF,
+    TypeSignature, Volatility,
+};
+use datafusion_pg_catalog::pg_catalog as crate_fns;
+use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
+
+use super::*;
+
+pub(super) fn register(
+    ctx: &SessionContext,
+    static_tables: &PgCatalogStaticTables,
+    type_oids: &Arc<HashMap<String, i32>>,
+    engine: &Arc<Engine>,
+    vars: SharedVars,
+) {
+    use crate_fns::{array_bounds_udf, format_type, has_privilege_udf, quote_ident_udf};
+    for udf in [
+        crate_fns::create_current_schema_udf(),
+        crate_fns::create_current_schemas_udf(),
+        crate_fns::create_pg_table_is_visible(),
+        format_type::create_format_type_udf(),
+        datafusion_pg_catalog::pg_catalog::pg_get_expr_udf::create_pg_get_expr_udf(),
+        crate_fns::create_pg_get_partkeydef_udf(),
+        crate_fns::create_pg_relation_is_publishable_udf(),
+        crate_fns::create_pg_get_statisticsobjdef_columns_udf(),
+        crate_fns::create_pg_relation_size_udf(),
+        crate_fns::create_pg_total_relation_size_udf(),
+        crate_fns::create_pg_stat_get_numscans(),
+        crate_fns::create_pg_get_constraintdef(),
+        crate_fns::create_pg_get_partition_ancestors_udf(),
+        quote_ident_udf::create_quote_ident_udf(),
+        quote_ident_udf::create_parse_ident_udf(),
+        array_bounds_udf::create_array_upper_udf(),
+        array_bounds_udf::create_array_lower_udf(),
+    ] {
+        ctx.register_udf(udf);
+    }
+    for name in [
+        "has_table_privilege",
+        "has_schema_privilege",
+        "has_database_privilege",
+        "has_any_column_privilege",
+        "has_column_privilege",
+        "has_function_privilege",
+        "has_sequence_privilege",
+    ] {
+        ctx.register_udf(has_privilege_udf::create_has_privilege_udf(name));
+    }
+    ctx.register_udtf("pg_get_keywords", static_tables.pg_get_keywords.clone());
+    {
+        use datafusion::execution::session_state::SessionStateBuilder;
+        let state = ctx.state_ref();
+        let existing = state.read().clone();
+        let new_state = SessionStateBuilder::new_from_existing(existing)
+            .with_type_planner(Arc::new(
+                crate_fns::oid_type_planner::PgOidTypePlanner,
+            ))
+            .build();
+        *state.write() = new_state;
+    }
+    crate_fns::generate_series_arg_coercion::CoerceIntArgsToBigInt::widen(ctx);
+
+    for udf in session_functions(vars, Arc::downgrade(engine), type_oids.clone()) {
+        ctx.register_udf(udf);
+    }
+}
+
+fn udf(
+    name: &str,
+    signature: TypeSignature,
+    ret: DataType,
+    volatility: Volatility,
+    f: impl Fn(&[ArrayRef], usize) -> DFResult<ArrayRef> + Send + Sync + 'static,
+) -> ScalarUDF {
+    let fun: ScalarFunctionImplementation = Arc::new(move |args: &[ColumnarValue]| {
+        let rows = args
+            .iter()
+            .find_map(|a| match a {
+                ColumnarValue::Array(a) => Some(a.len()),
+                ColumnarValue::Scalar(_) => None,
+            })
+            .unwrap_or(1);
+        let arrays = args
+            .iter()
+            .map(|a| a.to_array(rows))
+            .collect::<DFResult<Vec<_>>>()?;
+        let out = f(&arrays, rows)?;
+        Ok(if rows == 1 && args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
+            ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+        } else {
+            ColumnarValue::Array(out)
+        })
+    });
+    ScalarUDF::from(SimpleScalarUDF::new_with_signature(
+        name,
+        Signature::new(signature, volatility),
+        ret,
+        fun,
+    ))
+}
+
+/// Text values of argument `i` (after casting to text).
+fn texts(args: &[ArrayRef], i: usize) -> DFResult<Vec<Option<String>>> {
+    let a = arrow::compute::cast(&args[i], &DataType::Utf8)?;
+    let a = a.as_string::<i32>();
+    Ok((0..a.len())
+        .map(|r| a.is_valid(r).then(|| a.value(r).to_string()))
+        .collect())
+}
+
+fn session_functions(
+    vars: SharedVars,
+    engine: Weak<Engine>,
+    type_oids: Arc<HashMap<String, i32>>,
+) -> Vec<ScalarUDF> {
+    let mut out = Vec::new();
+    let v = vars.clone();
+    out.push(udf(
+        "current_database",
+        TypeSignature::Nullary,
+        DataType::Utf8,
+        Volatility::Stable,
+        move |_, rows| {
+            let db = v.read().database.clone();
+            Ok(Arc::new(StringArray::from(vec![db; rows])))
+        },
+    ));
+    for name in ["session_user", "current_user"] {
+        let v = vars.clone();
+        out.push(udf(
+            name,
+            TypeSignature::Nullary,
+            DataType::Utf8,
+            Volatility::Stable,
+            move |_, rows| {
+                let u = v.read().user.clone();
+                Ok(Arc::new(StringArray::from(vec![u; rows])))
+            },
+        ));
+    }
+    let v = vars.clone();
+    out.push(udf(
+        "pg_get_userbyid",
+        TypeSignature::Exact(vec![DataType::Int32]),
+        DataType::Utf8,
+        Volatility::Stable,
+        move |args, _| {
+            let u = v.read().user.clone();
+            let ids = args[0].as_primitive::<arrow::datatypes::Int32Type>();
+            Ok(Arc::new(StringArray::from_iter(ids.iter().map(|id| {
+                id.map(|id| {
+                    if id == OWNER_OID {
+                        u.clone()
+                    } else {
+                        format!("unknown (OID={id})")
+                    }
+                })
+            }))))
+        },
+    ));
+    let v = vars.clone();
+    out.push(udf(
+        "current_setting",
+        TypeSignature::OneOf(vec![
+            TypeSignature::Exact(vec![DataType::Utf8]),
+            TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean]),
+        ]),
+        DataType::Utf8,
+        Volatility::Stable,
+        move |args, _| {
+            let names = texts(args, 0)?;
+            let missing_ok = args.len() > 1 && args[1].as_boolean().value(0);
+            let vars = v.read();
+            let mut values = Vec::with_capacity(names.len());
+            for n in names {
+                let Some(n) = n else {
+                    values.push(None);
+                    continue;
+                };
+                match vars
+                    .settings
+                    .get(&crate::session::canonical_setting(&n))
+                {
+                    Some(value) => values.push(Some(value.clone())),
+                    None if missing_ok => values.push(None),
+                    None => {
+                        return Err(DataFusionError::Execution(format!(
+                            "unrecognized configuration parameter \"{n}\""
+                        )))
+                    }
+                }
+            }
+            Ok(Arc::new(StringArray::from(values)))
+        },
+    ));
+    let v = vars.clone();
+    out.push(udf(
+        "set_config",
+        TypeSignature::Exact(vec![DataType::Utf8, DataType::Utf8, DataType::Boolean]),
+        DataType::Utf8,
+        Volatility::Volatile,
+        move |args, _| {
+            let names = texts(args, 0)?;
+            let values = texts(args, 1)?;
+            let mut vars = v.write();
+            for (n, val) in names.iter().zip(&values) {
+                if let (Some(n), Some(val)) = (n, val) {
+                    let name = crate::session::canonical_setting(n);
+                    crate::session::validate_setting(&name, val)
+                        .map_err(|e| DataFusionError::Execution(e.message))?;
+                    vars.settings.insert(name, val.clone());
+                }
+            }
+            Ok(Arc::new(StringArray::from(values)))
+        },
+    ));
+    out.push(udf(
+        "to_regtype",
+        TypeSignature::Exact(vec![DataType::Utf8]),
+        DataType::Int32,
+        Volatility::Stable,
+        move |args, _| {
+            let names = texts(args, 0)?;
+            Ok(Arc::new(Int32Array::from_iter(
+                names
+                    .iter()
+                    .map(|n| n.as_deref().and_then(|n| regtype(&type_oids, n))),
+            )))
+        },
+    ));
+    let e = engine.clone();
+    out.push(udf(
+        "to_regclass",
+        TypeSignature::Exact(vec![DataType::Utf8]),
+        DataType::Int32,
+        Volatility::Stable,
+        move |args, _| {
+            let names = texts(args, 0)?;
+            let rels = e.upgrade().map(|e| relations(&e)).unwrap_or_default();
+            Ok(Arc::new(Int32Array::from_iter(names.iter().map(|n| {
+                let n = n.as_deref()?;
+                let (schema, name) = split_qualified(n);
+                rels.iter()
+                    .find(|r| r.name == name && schema.is_none_or(|s| s == r.schema))
+                    .map(|r| r.oid)
+            }))))
+        },
+    ));
+    // Sluice keeps no comments: every description is NULL.
+    for name in ["obj_description", "col_description", "shobj_description"] {
+        out.push(udf(
+            name,
+            TypeSignature::OneOf(vec![
+                TypeSignature::Any(1),
+                TypeSignature::Any(2),
+            ]),
+            DataType::Utf8,
+            Volatility::Stable,
+            |_, rows| Ok(arrow::array::new_null_array(&DataType::Utf8, rows)),
+        ));
+    }
+    out.push(udf(
+        "pg_encoding_to_char",
+        TypeSignature::Exact(vec![DataType::Int32]),
+        DataType::Utf8,
+        Volatility::Immutable,
+        |args, _| {
+            let ids = args[0].as_primitive::<arrow::datatypes::Int32Type>();
+            Ok(Arc::new(StringArray::from_iter(ids.iter().map(|id| {
+                id.map(|id| match id {
+                    0 => "SQL_ASCII",
+                    6 => "UTF8",
+                    _ => "",
+                })
+            }))))
+        },
+    ));
+    out.push(udf(
+        "pg_is_in_recovery",
+        TypeSignature::Nullary,
+        DataType::Boolean,
+        Volatility::Stable,
+        |_, rows| Ok(Arc::new(arrow::array::BooleanArray::from(vec![false; rows]))),
+    ));
+    out
+}
+
+/// `to_regtype`: a type name as SQL writes it, or a pg_type name.
+fn regtype(type_oids: &HashMap<String, i32>, name: &str) -> Option<i32> {
+    let name = name.trim();
+    if let Some(elem) = name.strip_suffix("[]") {
+        let elem_name = ColumnType::parse(elem)
+            .ok()
+            .map(|t| udt_name(&t).to_string())
+            .unwrap_or_else(|| elem.trim().to_string());
+        return type_oids.get(&format!("_{elem_name}")).copied();
+    }
+    if let Ok(t) = ColumnType::parse(name) {
+        return Some(t.oid() as i32);
+    }
+    let bare = name.trim_start_matches("pg_catalog.").trim_matches('"');
+    type_oids.get(bare).copied()
+}
+
+/// `schema.name` or `name`, with double quotes removed.
+fn split_qualified(n: &str) -> (Option<&str>, &str) {
+    fn unq(s: &str) -> &str {
+        s.trim().trim_matches('"')
+    }
+    match n.split_once('.') {
+        Some((s, r)) => (Some(unq(s)), unq(r)),
+        None => (None, unq(n)),
+    }
+}
+
+/// typname → oid from the static pg_type table.
+pub(super) fn type_oids(static_tables: &PgCatalogStaticTables) -> HashMap<String, i32> {
+    let mut out = HashMap::new();
+    for batch in static_tables.pg_type.data() {
+        let (Some(names), Some(oids)) = (batch.column_by_name("typname"), batch.column_by_name("oid"))
+        else {
+            continue;
+        };
+        let (Ok(names), Ok(oids)) = (
+            arrow::compute::cast(names, &DataType::Utf8),
+            arrow::compute::cast(oids, &DataType::Int32),
+        ) else {
+            continue;
+        };
+        let names = names.as_string::<i32>();
+        let oids = oids.as_primitive::<arrow::datatypes::Int32Type>();
+        for i in 0..batch.num_rows() {
+            if names.is_valid(i) && oids.is_valid(i) {
+                out.insert(names.value(i).to_string(), oids.value(i));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,347 @@
+//! System catalogs: `pg_catalog` and `information_schema` as PostgreSQL
+//! clients' introspection queries expect them.
+//!
+//! Static catalog data (pg_type, pg_proc, pg_am, pg_range, ...), most
+//! catalog functions (format_type, pg_get_expr, has_*_privilege,
+//! quote_ident, ...) and the SQL rewrites that let DataFusion plan client
+//! queries (`'t'::regclass`, `OPERATOR(pg_catalog.~)`, `COLLATE`) come from
+//! `datafusion-pg-catalog`. The relations that describe Sluice's own objects
+//! — pg_namespace, pg_class, pg_attribute, pg_database, pg_tables,
+//! pg_stat_user_tables and information_schema — are built here from the
+//! catalog, so they show streams with their system columns, SQL types (with
+//! typmods) and NOT NULL, under OIDs that the state machine assigned at
+//! CREATE and that therefore survive restarts.
+//!
+//! Invariant: every relation listed is queryable under the (schema, name)
+//! it is listed with, and its columns are listed exactly as `SELECT *`
+//! returns them, in that order.
+
+pub mod client_sql;
+mod functions;
+mod information_schema;
+mod pg_catalog;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{new_empty_array, ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::SchemaProvider;
+use datafusion::common::ScalarValue;
+use datafusion::datasource::{MemTable, TableProvider};
+use datafusion::error::Result as DFResult;
+use datafusion::execution::context::SessionContext;
+use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
+
+use crate::engine::{Engine, CATALOG_NAME};
+use crate::types::ColumnType;
+
+/// Fixed namespace OIDs (PostgreSQL's own, so static rows join back).
+pub const NAMESPACE_PUBLIC: i32 = 2200;
+const NAMESPACE_PG_CATALOG: i32 = 11;
+const NAMESPACE_INFORMATION_SCHEMA: i32 = 13183;
+/// OID of the one database and of its owner role.
+const DATABASE_OID: i32 = 5;
+const OWNER_OID: i32 = 10;
+
+/// What catalog queries and session functions read about their session.
+#[derive(Debug, Default)]
+pub struct SessionVars {
+    pub user: String,
+    pub database: String,
+    /// Current values of the session's settings (what SHOW answers).
+    pub settings: BTreeMap<String, String>,
+}
+
+pub type SharedVars = Arc<parking_lot::RwLock<SessionVars>>;
+
+/// What every session's catalogs share: the static PostgreSQL catalog
+/// tables, decoded once.
+pub struct SystemCatalog {
+    static_tables: Arc<PgCatalogStaticTables>,
+    /// pg_type's typname → oid, for `to_regtype`.
+    type_oids: Arc<std::collections::HashMap<String, i32>>,
+}
+
+impl std::fmt::Debug for SystemCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SystemCatalog").finish_non_exhaustive()
+    }
+}
+
+impl SystemCatalog {
+    pub fn new() -> crate::Result<SystemCatalog> {
+        let static_tables = PgCatalogStaticTables::try_new()
+            .map_err(|e| crate::Error::internal(format!("loading pg_catalog tables: {e}")))?;
+        Ok(SystemCatalog {
+            type_oids: Arc::new(functions::type_oids(&static_tables)),
+            static_tables: Arc::new(static_tables),
+        })
+    }
+
+    /// Register `pg_catalog`, `information_schema` and the catalog functions
+    /// in a session's context.
+    pub fn install(&self, ctx: &SessionContext, engine: &Arc<Engine>, vars: SharedVars) {
+        let pg: Arc<dyn SchemaProvider> = Arc::new(pg_catalog::PgCatalog::new(
+            Arc::downgrade(engine),
+            self.static_tables.clone(),
+            vars.clone(),
+        ));
+        let info: Arc<dyn SchemaProvider> = Arc::new(information_schema::InformationSchema::new(
+            Arc::downgrade(engine),
+            vars.clone(),
+        ));
+        if let Some(catalog) = ctx.catalog(CATALOG_NAME) {
+            let _ = catalog.register_schema("pg_catalog", pg);
+            let _ = catalog.register_schema("information_schema", info);
+        }
+        functions::register(ctx, &self.static_tables, &self.type_oids, engine, vars);
+    }
+}
+
+/// A relation as the catalogs describe it.
+#[derive(Debug, Clone)]
+pub(crate) struct Relation {
+    pub oid: i32,
+    pub schema: &'static str,
+    pub namespace: i32,
+    pub name: String,
+    /// `r` (stream, later table) or `v` (system view).
+    pub kind: &'static str,
+    pub columns: Vec<RelColumn>,
+    /// Row count estimate (exact for streams).
+    pub rows: i64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct RelColumn {
+    pub name: String,
+    pub ty: ColumnType,
+    pub not_null: bool,
+}
+
+/// Every relation in `public`: the streams, then Sluice's system views.
+pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
+    let mut out: Vec<Relation> = engine
+        .catalog
+        .list()
+        .iter()
+        .map(|s| {
+            let mut columns = vec![
+                RelColumn {
+                    name: crate::catalog::OFFSET_COLUMN.into(),
+                    ty: ColumnType::Int8,
+                    not_null: true,
+                },
+                RelColumn {
+                    name: crate::catalog::TS_COLUMN.into(),
+                    ty: ColumnType::Timestamptz,
+                    not_null: true,
+                },
+            ];
+            columns.extend(s.def.columns.iter().map(|c| RelColumn {
+                name: c.name.clone(),
+                ty: c.ty.clone(),
+                not_null: c.not_null,
+            }));
+            Relation {
+                oid: s.def.oid as i32,
+                schema: "public",
+                namespace: NAMESPACE_PUBLIC,
+                name: s.def.name.clone(),
+                kind: "r",
+                columns,
+                rows: (s.log.next_offset() - s.log.first_offset()) as i64,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    for (i, (name, schema)) in crate::engine::system_views().into_iter().enumerate() {
+        out.push(Relation {
+            oid: 16000 + i as i32,
+            schema: "public",
+            namespace: NAMESPACE_PUBLIC,
+            name: name.to_string(),
+            kind: "v",
+            columns: schema
+                .fields()
+                .iter()
+                .map(|f| RelColumn {
+                    name: f.name().clone(),
+                    ty: ColumnType::of_arrow(f.data_type()).unwrap_or(ColumnType::Text),
+                    not_null: !f.is_nullable(),
+                })
+                .collect(),
+            rows: 0,
+        });
+    }
+    out
+}
+
+/// Namespaces: (oid, name).
+pub(crate) fn namespaces() -> [(i32, &'static str); 3] {
+    [
+        (NAMESPACE_PG_CATALOG, "pg_catalog"),
+        (NAMESPACE_PUBLIC, "public"),
+        (NAMESPACE_INFORMATION_SCHEMA, "information_schema"),
+    ]
+}
+
+/// Column-at-a-time builder for small catalog tables.
+pub(crate) struct TableBuilder {
+    fields: Vec<Field>,
+    columns: Vec<Vec<ScalarValue>>,
+}
+
+impl TableBuilder {
+    pub fn new(fields: Vec<Field>) -> TableBuilder {
+        let columns = fields.iter().map(|_| Vec::new()).collect();
+        TableBuilder { fields, columns }
+    }
+
+    /// Append a row; values must be in field order and of the field's type.
+    pub fn row(&mut self, values: Vec<ScalarValue>) {
+        debug_assert_eq!(values.len(), self.fields.len());
+        for (col, v) in self.columns.iter_mut().zip(values) {
+            col.push(v);
+        }
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(self.fields.clone()))
+    }
+
+    pub fn build(self) -> DFResult<Arc<dyn TableProvider>> {
+        let schema = self.schema();
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.fields.len());
+        for (field, values) in self.fields.iter().zip(self.columns) {
+            let array = if values.is_empty() {
+                new_empty_array(field.data_type())
+            } else {
+                let a = ScalarValue::iter_to_array(values)?;
+                if a.data_type() != field.data_type() {
+                    arrow::compute::cast(&a, field.data_type())?
+                } else {
+                    a
+                }
+            };
+            arrays.push(array);
+        }
+        let batch = RecordBatch::try_new(schema.clone(), arrays)?;
+        Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+    }
+}
+
+/// Field constructors for catalog columns.
+pub(crate) fn text(name: &str) -> Field {
+    Field::new(name, DataType::Utf8, true)
+}
+pub(crate) fn int4(name: &str) -> Field {
+    Field::new(name, DataType::Int32, true)
+}
+pub(crate) fn int2(name: &str) -> Field {
+    Field::new(name, DataType::Int16, true)
+}
+pub(crate) fn int8(name: &str) -> Field {
+    Field::new(name, DataType::Int64, true)
+}
+pub(crate) fn boolean(name: &str) -> Field {
+    Field::new(name, DataType::Boolean, true)
+}
+pub(crate) fn float(name: &str) -> Field {
+    Field::new(name, DataType::Float32, true)
+}
+pub(crate) fn timestamptz(name: &str) -> Field {
+    Field::new(
+        name,
+        DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into())),
+        true,
+    )
+}
+pub(crate) fn text_array(name: &str) -> Field {
+    Field::new(
+        name,
+        DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+        true,
+    )
+}
+/// An oid-typed column (int4 carrying the alias kind the crate's rules read).
+pub(crate) fn oid(name: &str, kind: &str) -> Field {
+    datafusion_pg_catalog::pg_catalog::oid_field::oid_field(name, kind, true)
+}
+
+/// Value constructors.
+pub(crate) fn s(v: impl Into<String>) -> ScalarValue {
+    ScalarValue::Utf8(Some(v.into()))
+}
+pub(crate) fn null_s() -> ScalarValue {
+    ScalarValue::Utf8(None)
+}
+pub(crate) fn i4(v: i32) -> ScalarValue {
+    ScalarValue::Int32(Some(v))
+}
+pub(crate) fn null_i4() -> ScalarValue {
+    ScalarValue::Int32(None)
+}
+pub(crate) fn i2(v: i16) -> ScalarValue {
+    ScalarValue::Int16(Some(v))
+}
+pub(crate) fn i8v(v: i64) -> ScalarValue {
+    ScalarValue::Int64(Some(v))
+}
+pub(crate) fn b(v: bool) -> ScalarValue {
+    ScalarValue::Boolean(Some(v))
+}
+pub(crate) fn null_array() -> ScalarValue {
+    ScalarValue::try_from(text_array("").data_type()).unwrap_or(ScalarValue::Null)
+}
+
+/// Storage facts about a column type: (typlen, typbyval, typalign, typstorage).
+pub(crate) fn type_layout(ty: &ColumnType) -> (i16, bool, &'static str, &'static str) {
+    match ty {
+        ColumnType::Bool => (1, true, "c", "p"),
+        ColumnType::Int2 => (2, true, "s", "p"),
+        ColumnType::Int4 | ColumnType::Float4 | ColumnType::Date => (4, true, "i", "p"),
+        ColumnType::Int8
+        | ColumnType::Float8
+        | ColumnType::Timestamptz
+        | ColumnType::Timestamp => (8, true, "d", "p"),
+        ColumnType::Uuid => (16, false, "c", "p"),
+        ColumnType::Numeric(_) => (-1, false, "i", "m"),
+        ColumnType::Text
+        | ColumnType::Varchar(_)
+        | ColumnType::Bytea
+        | ColumnType::Json
+        | ColumnType::Jsonb => (-1, false, "i", "x"),
+    }
+}
+
+/// Collation OID of a column type (100 = "default" for text types).
+pub(crate) fn type_collation(ty: &ColumnType) -> i32 {
+    match ty {
+        ColumnType::Text | ColumnType::Varchar(_) => 100,
+        _ => 0,
+    }
+}
+
+/// `pg_type.typname` of a column type.
+pub(crate) fn udt_name(ty: &ColumnType) -> &'static str {
+    match ty {
+        ColumnType::Bool => "bool",
+        ColumnType::Int2 => "int2",
+        ColumnType::Int4 => "int4",
+        ColumnType::Int8 => "int8",
+        ColumnType::Float4 => "float4",
+        ColumnType::Float8 => "float8",
+        ColumnType::Numeric(_) => "numeric",
+        ColumnType::Text => "text",
+        ColumnType::Varchar(_) => "varchar",
+        ColumnType::Bytea => "bytea",
+        ColumnType::Timestamptz => "timestamptz",
+        ColumnType::Timestamp => "timestamp",
+        ColumnType::Date => "date",
+        ColumnType::Json => "json",
+        ColumnType::Jsonb => "jsonb",
+        ColumnType::Uuid => "uuid",
+    }
+}

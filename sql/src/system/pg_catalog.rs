@@ -1,0 +1,508 @@
+//! The `pg_catalog` schema: the relations that describe Sluice's objects
+//! are built here from the live catalog on every query; everything else
+//! (pg_type, pg_proc, pg_am, pg_range, empty pg_index/pg_constraint/...)
+//! is `datafusion-pg-catalog`'s static PostgreSQL data.
+
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+use datafusion::catalog::SchemaProvider;
+use datafusion::datasource::TableProvider;
+use datafusion::error::{DataFusionError, Result as DFResult};
+use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
+use datafusion_pg_catalog::pg_catalog::context::{PgCatalogContextProvider, Role};
+use datafusion_pg_catalog::pg_catalog::oid_field::kind;
+use datafusion_pg_catalog::pg_catalog::{
+    PgCatalogSchemaProvider, PgCatalogStaticTables, PG_CATALOG_TABLES,
+};
+
+use super::*;
+
+/// Relations built here rather than taken from the crate.
+const OWN: &[&str] = &[
+    "pg_namespace",
+    "pg_class",
+    "pg_attribute",
+    "pg_database",
+    "pg_tables",
+    "pg_stat_user_tables",
+    "pg_settings",
+    "pg_user",
+];
+
+#[derive(Debug)]
+pub(super) struct PgCatalog {
+    engine: Weak<Engine>,
+    vars: SharedVars,
+    inner: PgCatalogSchemaProvider<NoCatalogs, Roles>,
+}
+
+impl PgCatalog {
+    pub(super) fn new(
+        engine: Weak<Engine>,
+        static_tables: Arc<PgCatalogStaticTables>,
+        vars: SharedVars,
+    ) -> PgCatalog {
+        let inner = PgCatalogSchemaProvider::try_new(
+            NoCatalogs,
+            static_tables,
+            Roles(vars.clone()),
+        )
+        .unwrap_or_else(|_| unreachable!("PgCatalogSchemaProvider::try_new does not fail"));
+        PgCatalog {
+            engine,
+            vars,
+            inner,
+        }
+    }
+
+    fn own_table(&self, name: &str) -> DFResult<Option<Arc<dyn TableProvider>>> {
+        let engine = self
+            .engine
+            .upgrade()
+            .ok_or_else(|| DataFusionError::Execution("server is shutting down".into()))?;
+        let rels = relations(&engine);
+        let vars = self.vars.read();
+        let t = match name {
+            "pg_namespace" => pg_namespace(),
+            "pg_class" => pg_class(&rels),
+            "pg_attribute" => pg_attribute(&rels),
+            "pg_database" => pg_database(&vars.database),
+            "pg_tables" => pg_tables(&rels, &vars.user),
+            "pg_stat_user_tables" => pg_stat_user_tables(&rels),
+            "pg_settings" => pg_settings(&vars.settings),
+            "pg_user" => pg_user(&vars.user),
+            _ => return Ok(None),
+        };
+        t.map(Some)
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for PgCatalog {
+    fn table_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = PG_CATALOG_TABLES.iter().map(|s| s.to_string()).collect();
+        for own in OWN {
+            if !names.iter().any(|n| n == own) {
+                names.push(own.to_string());
+            }
+        }
+        names
+    }
+
+    async fn table(&self, name: &str) -> DFResult<Option<Arc<dyn TableProvider>>> {
+        let name = name.to_ascii_lowercase();
+        if OWN.contains(&name.as_str()) {
+            return self.own_table(&name);
+        }
+        self.inner.table(&name).await
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        let name = name.to_ascii_lowercase();
+        OWN.contains(&name.as_str()) || self.inner.table_exist(&name)
+    }
+}
+
+fn pg_namespace() -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = TableBuilder::new(vec![
+        oid("oid", kind::OID),
+        text("nspname"),
+        oid("nspowner", kind::OID),
+        text_array("nspacl"),
+    ]);
+    for (oid, name) in namespaces() {
+        t.row(vec![i4(oid), s(name), i4(OWNER_OID), null_array()]);
+    }
+    t.build()
+}
+
+fn pg_class(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = TableBuilder::new(vec![
+        oid("oid", kind::OID),
+        text("relname"),
+        oid("relnamespace", kind::REGNAMESPACE),
+        oid("reltype", kind::REGTYPE),
+        oid("reloftype", kind::REGTYPE),
+        oid("relowner", kind::OID),
+        oid("relam", kind::OID),
+        oid("relfilenode", kind::OID),
+        oid("reltablespace", kind::OID),
+        int4("relpages"),
+        float("reltuples"),
+        int4("relallvisible"),
+        oid("reltoastrelid", kind::REGCLASS),
+        boolean("relhasindex"),
+        boolean("relisshared"),
+        text("relpersistence"),
+        text("relkind"),
+        int2("relnatts"),
+        int2("relchecks"),
+        boolean("relhasrules"),
+        boolean("relhastriggers"),
+        boolean("relhassubclass"),
+        boolean("relrowsecurity"),
+        boolean("relforcerowsecurity"),
+        boolean("relispopulated"),
+        text("relreplident"),
+        boolean("relispartition"),
+        oid("relrewrite", kind::REGCLASS),
+        int4("relfrozenxid"),
+        int4("relminmxid"),
+        text_array("relacl"),
+        text_array("reloptions"),
+        text("relpartbound"),
+    ]);
+    for r in rels {
+        let table = r.kind == "r";
+        t.row(vec![
+            i4(r.oid),
+            s(&r.name),
+            i4(r.namespace),
+            i4(0),
+            i4(0),
+            i4(OWNER_OID),
+            i4(if table { 2 } else { 0 }),
+            i4(if table { r.oid } else { 0 }),
+            i4(0),
+            i4(0),
+            ScalarValue::Float32(Some(if table { r.rows as f32 } else { -1.0 })),
+            i4(0),
+            i4(0),
+            b(false),
+            b(false),
+            s("p"),
+            s(r.kind),
+            i2(r.columns.len() as i16),
+            i2(0),
+            b(!table),
+            b(false),
+            b(false),
+            b(false),
+            b(false),
+            b(true),
+            s(if table { "d" } else { "n" }),
+            b(false),
+            i4(0),
+            i4(0),
+            i4(0),
+            null_array(),
+            null_array(),
+            null_s(),
+        ]);
+    }
+    t.build()
+}
+
+fn pg_attribute(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = TableBuilder::new(vec![
+        oid("attrelid", kind::REGCLASS),
+        text("attname"),
+        oid("atttypid", kind::REGTYPE),
+        int2("attstattarget"),
+        int2("attlen"),
+        int2("attnum"),
+        int4("attndims"),
+        int4("attcacheoff"),
+        int4("atttypmod"),
+        boolean("attbyval"),
+        text("attalign"),
+        text("attstorage"),
+        text("attcompression"),
+        boolean("attnotnull"),
+        boolean("atthasdef"),
+        boolean("atthasmissing"),
+        text("attidentity"),
+        text("attgenerated"),
+        boolean("attisdropped"),
+        boolean("attislocal"),
+        int4("attinhcount"),
+        oid("attcollation", kind::OID),
+        text_array("attacl"),
+        text_array("attoptions"),
+        text_array("attfdwoptions"),
+        text("attmissingval"),
+    ]);
+    for r in rels {
+        for (i, c) in r.columns.iter().enumerate() {
+            let (len, byval, align, storage) = type_layout(&c.ty);
+            t.row(vec![
+                i4(r.oid),
+                s(&c.name),
+                i4(c.ty.oid() as i32),
+                i2(-1),
+                i2(len),
+                i2(i as i16 + 1),
+                i4(0),
+                i4(-1),
+                i4(c.ty.typmod()),
+                b(byval),
+                s(align),
+                s(storage),
+                s(""),
+                b(c.not_null),
+                b(false),
+                b(false),
+                s(""),
+                s(""),
+                b(false),
+                b(true),
+                i4(0),
+                i4(type_collation(&c.ty)),
+                null_array(),
+                null_array(),
+                null_array(),
+                null_s(),
+            ]);
+        }
+    }
+    t.build()
+}
+
+fn pg_database(name: &str) -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = TableBuilder::new(vec![
+        oid("oid", kind::OID),
+        text("datname"),
+        oid("datdba", kind::OID),
+        int4("encoding"),
+        text("datlocprovider"),
+        boolean("datistemplate"),
+        boolean("datallowconn"),
+        int4("datconnlimit"),
+        int4("datfrozenxid"),
+        int4("datminmxid"),
+        oid("dattablespace", kind::OID),
+        text("datcollate"),
+        text("datctype"),
+        text("daticulocale"),
+        text("daticurules"),
+        text("datcollversion"),
+        text_array("datacl"),
+    ]);
+    t.row(vec![
+        i4(DATABASE_OID),
+        s(name),
+        i4(OWNER_OID),
+        i4(6), // UTF8
+        s("c"),
+        b(false),
+        b(true),
+        i4(-1),
+        i4(0),
+        i4(1),
+        i4(1663),
+        s("C"),
+        s("C"),
+        null_s(),
+        null_s(),
+        null_s(),
+        null_array(),
+    ]);
+    t.build()
+}
+
+fn pg_tables(rels: &[Relation], user: &str) -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = TableBuilder::new(vec![
+        text("schemaname"),
+        text("tablename"),
+        text("tableowner"),
+        text("tablespace"),
+        boolean("hasindexes"),
+        boolean("hasrules"),
+        boolean("hastriggers"),
+        boolean("rowsecurity"),
+    ]);
+    for r in rels.iter().filter(|r| r.kind == "r") {
+        t.row(vec![
+            s(r.schema),
+            s(&r.name),
+            s(user),
+            null_s(),
+            b(false),
+            b(false),
+            b(false),
+            b(false),
+        ]);
+    }
+    t.build()
+}
+
+fn pg_stat_user_tables(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
+    let counters = [
+        "seq_scan",
+        "seq_tup_read",
+        "idx_scan",
+        "idx_tup_fetch",
+        "n_tup_ins",
+        "n_tup_upd",
+        "n_tup_del",
+        "n_tup_hot_upd",
+        "n_live_tup",
+        "n_dead_tup",
+        "n_mod_since_analyze",
+        "n_ins_since_vacuum",
+    ];
+    let mut fields = vec![oid("relid", kind::OID), text("schemaname"), text("relname")];
+    fields.extend(counters.iter().map(|c| int8(c)));
+    fields.extend(
+        [
+            "last_vacuum",
+            "last_autovacuum",
+            "last_analyze",
+            "last_autoanalyze",
+        ]
+        .iter()
+        .map(|n| timestamptz(n)),
+    );
+    fields.extend(
+        [
+            "vacuum_count",
+            "autovacuum_count",
+            "analyze_count",
+            "autoanalyze_count",
+        ]
+        .iter()
+        .map(|c| int8(c)),
+    );
+    let mut t = TableBuilder::new(fields);
+    for r in rels.iter().filter(|r| r.kind == "r") {
+        let mut row = vec![i4(r.oid), s(r.schema), s(&r.name)];
+        row.extend(counters.iter().map(|c| match *c {
+            "n_tup_ins" | "n_live_tup" | "n_ins_since_vacuum" => i8v(r.rows),
+            _ => i8v(0),
+        }));
+        row.extend((0..4).map(|_| ScalarValue::TimestampMicrosecond(None, Some("UTC".into()))));
+        row.extend((0..4).map(|_| i8v(0)));
+        t.row(row);
+    }
+    t.build()
+}
+
+fn pg_settings(
+    settings: &std::collections::BTreeMap<String, String>,
+) -> DFResult<Arc<dyn TableProvider>> {
+    let names = [
+        "name",
+        "setting",
+        "unit",
+        "category",
+        "short_desc",
+        "extra_desc",
+        "context",
+        "vartype",
+        "source",
+        "min_val",
+        "max_val",
+    ];
+    let mut fields: Vec<Field> = names.iter().map(|n| text(n)).collect();
+    fields.extend([
+        text_array("enumvals"),
+        text("boot_val"),
+        text("reset_val"),
+        text("sourcefile"),
+        int4("sourceline"),
+        boolean("pending_restart"),
+    ]);
+    let mut t = TableBuilder::new(fields);
+    for (name, value) in settings {
+        t.row(vec![
+            s(name),
+            s(value),
+            null_s(),
+            s("Sluice"),
+            s(""),
+            null_s(),
+            s("user"),
+            s("string"),
+            s("session"),
+            null_s(),
+            null_s(),
+            null_array(),
+            s(value),
+            s(value),
+            null_s(),
+            null_i4(),
+            b(false),
+        ]);
+    }
+    t.build()
+}
+
+fn pg_user(user: &str) -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = TableBuilder::new(vec![
+        text("usename"),
+        oid("usesysid", kind::OID),
+        boolean("usecreatedb"),
+        boolean("usesuper"),
+        boolean("userepl"),
+        boolean("usebypassrls"),
+        text("passwd"),
+        timestamptz("valuntil"),
+        text_array("useconfig"),
+    ]);
+    t.row(vec![
+        s(user),
+        i4(OWNER_OID),
+        b(true),
+        b(true),
+        b(true),
+        b(true),
+        s("********"),
+        ScalarValue::TimestampMicrosecond(None, Some("UTC".into())),
+        null_array(),
+    ]);
+    t.build()
+}
+
+/// The crate's dynamic tables are all replaced here, so it sees no catalogs.
+#[derive(Debug, Clone)]
+struct NoCatalogs;
+
+#[async_trait]
+impl CatalogInfo for NoCatalogs {
+    async fn catalog_names(&self) -> DFResult<Vec<String>> {
+        Ok(vec![])
+    }
+    async fn schema_names(&self, _: &str) -> DFResult<Option<Vec<String>>> {
+        Ok(None)
+    }
+    async fn table_names(&self, _: &str, _: &str) -> DFResult<Option<Vec<String>>> {
+        Ok(None)
+    }
+    async fn table_schema(&self, _: &str, _: &str, _: &str) -> DFResult<Option<SchemaRef>> {
+        Ok(None)
+    }
+    async fn table_type(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> DFResult<Option<datafusion::datasource::TableType>> {
+        Ok(None)
+    }
+}
+
+/// pg_roles: the session's user, a superuser (there are no others yet).
+#[derive(Debug, Clone)]
+struct Roles(SharedVars);
+
+#[async_trait]
+impl PgCatalogContextProvider for Roles {
+    async fn roles(&self) -> Vec<String> {
+        vec![self.0.read().user.clone()]
+    }
+
+    async fn role(&self, name: &str) -> Option<Role> {
+        (name == self.0.read().user).then(|| Role {
+            name: name.to_string(),
+            is_superuser: true,
+            can_login: true,
+            can_create_db: true,
+            can_create_role: true,
+            can_create_user: true,
+            can_replication: true,
+            grants: vec![],
+            inherited_roles: vec![],
+        })
+    }
+}

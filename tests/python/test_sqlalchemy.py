@@ -1,0 +1,179 @@
+"""SQLAlchemy 2 (with psycopg 3 and with psycopg2) and pandas against a real
+sluice server: dialect initialisation on connect, the inspector (table names,
+columns, has_table, reflection), Core select/insert on a stream, read_sql."""
+
+from datetime import datetime
+from decimal import Decimal
+
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
+ORDERS_DDL = "CREATE STREAM orders (customer text NOT NULL, amount numeric(12,2), note text)"
+ORDERS = [("ann", Decimal("1.50"), None), ("bob", Decimal("2.00"), "gift"),
+          ("cid", None, "no amount")]
+
+
+@pytest.fixture(params=["psycopg", "psycopg2"])
+def engine(request, sluice):
+    engine = sa.create_engine(
+        f"postgresql+{request.param}://sluice@127.0.0.1:{sluice.port}/sluice",
+        connect_args={"connect_timeout": 10}, poolclass=NullPool)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def orders(conn):
+    """The `orders` stream with three rows, written with psycopg 3."""
+    conn.execute(ORDERS_DDL)
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO orders (customer, amount, note) VALUES (%s, %s, %s)", ORDERS)
+    return "orders"
+
+
+def orders_table(metadata=None):
+    """`orders` declared by hand, as an application would without reflection."""
+    return sa.Table(
+        "orders", metadata or sa.MetaData(),
+        sa.Column("offset", sa.BigInteger, nullable=False),
+        sa.Column("ts", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("customer", sa.Text, nullable=False),
+        sa.Column("amount", sa.Numeric(12, 2)),
+        sa.Column("note", sa.Text),
+    )
+
+
+def test_connect(engine):
+    """connect() runs the dialect's first-connect queries (version(),
+    current_schema(), standard_conforming_strings, isolation level, ...)."""
+    with engine.connect() as connection:
+        assert connection.scalar(sa.text("SELECT 1")) == 1
+        assert engine.dialect.server_version_info >= (10,)
+        assert engine.dialect.default_schema_name == "public"
+        assert connection.get_isolation_level() in (
+            "READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE")
+
+
+def test_inspector_table_names(engine, orders):
+    inspector = sa.inspect(engine)
+    assert "public" in inspector.get_schema_names()
+    assert orders in inspector.get_table_names()
+    assert orders in inspector.get_table_names(schema="public")
+    assert orders not in inspector.get_view_names()
+
+
+def test_inspector_get_columns(engine, orders):
+    columns = sa.inspect(engine).get_columns(orders)
+    assert [c["name"] for c in columns] == ["offset", "ts", "customer", "amount", "note"]
+    by_name = {c["name"]: c for c in columns}
+
+    assert isinstance(by_name["offset"]["type"], sa.BigInteger)
+    assert isinstance(by_name["ts"]["type"], sa.DateTime)
+    assert by_name["ts"]["type"].timezone is True
+    assert isinstance(by_name["customer"]["type"], sa.Text)
+    assert isinstance(by_name["amount"]["type"], sa.Numeric)
+    assert (by_name["amount"]["type"].precision, by_name["amount"]["type"].scale) == (12, 2)
+    assert isinstance(by_name["note"]["type"], sa.Text)
+
+    assert [c["nullable"] for c in columns] == [False, False, False, True, True]
+    for name in ("customer", "amount", "note"):
+        assert by_name[name]["default"] is None
+
+
+def test_inspector_has_table(engine, orders):
+    inspector = sa.inspect(engine)
+    assert inspector.has_table(orders)
+    assert inspector.has_table(orders, schema="public")
+    assert not inspector.has_table("no_such_stream")
+
+
+def test_reflect_table(engine, orders):
+    """Table(..., autoload_with=engine) reflects columns, keys, indexes and
+    comments; the reflected table is then usable in queries."""
+    table = sa.Table(orders, sa.MetaData(), autoload_with=engine)
+    assert list(table.columns.keys()) == ["offset", "ts", "customer", "amount", "note"]
+    assert [c.nullable for c in table.columns] == [False, False, False, True, True]
+    assert list(table.primary_key.columns) == []
+    with engine.connect() as connection:
+        rows = connection.execute(
+            sa.select(table.c.customer).where(table.c.offset >= 1).order_by(table.c.offset)).all()
+    assert rows == [("bob",), ("cid",)]
+
+
+def test_core_select_where_offset(engine, orders):
+    table = orders_table()
+    with engine.connect() as connection:
+        rows = connection.execute(
+            sa.select(table.c.offset, table.c.customer, table.c.amount, table.c.note)
+            .where(table.c.offset > 0)
+            .order_by(table.c.offset)).all()
+        assert [tuple(r) for r in rows] == [(1, "bob", Decimal("2.00"), "gift"),
+                                            (2, "cid", None, "no amount")]
+
+        one = connection.execute(
+            sa.select(table).where(table.c.offset == sa.bindparam("o")), {"o": 0}).one()
+        assert (one.offset, one.customer, one.amount, one.note) == (0, "ann", Decimal("1.50"), None)
+        assert isinstance(one.ts, datetime) and one.ts.tzinfo is not None
+
+        ranged = connection.execute(
+            sa.select(table.c.customer)
+            .where(table.c.offset.between(0, 1), table.c.amount.is_not(None))
+            .order_by(table.c.offset.desc())).scalars().all()
+        assert ranged == ["bob", "ann"]
+
+        total = connection.execute(
+            sa.select(sa.func.count(), sa.func.sum(table.c.amount))
+            .where(table.c.customer.in_(["ann", "bob", "zed"]))).one()
+        assert tuple(total) == (2, Decimal("3.50"))
+
+
+def test_core_insert_in_transaction(engine, orders):
+    table = orders_table()
+    with engine.begin() as connection:
+        connection.execute(sa.insert(table).values(customer="dee", amount=Decimal("4")))
+        connection.execute(sa.insert(table), [{"customer": "eve", "amount": None, "note": "x"},
+                                              {"customer": "fay", "amount": Decimal("6.25"),
+                                               "note": None}])
+    with engine.connect() as connection:
+        trans = connection.begin()
+        connection.execute(sa.insert(table).values(customer="rolled back"))
+        trans.rollback()
+        rows = connection.execute(
+            sa.select(table.c.offset, table.c.customer).where(table.c.offset >= 3)
+            .order_by(table.c.offset)).all()
+    assert [tuple(r) for r in rows] == [(3, "dee"), (4, "eve"), (5, "fay")]
+
+
+def test_pandas_read_sql(engine, orders):
+    with engine.connect() as connection:
+        df = pd.read_sql(sa.text("SELECT * FROM orders ORDER BY offset"), connection)
+    assert df.shape == (3, 5)
+    assert list(df.columns) == ["offset", "ts", "customer", "amount", "note"]
+    assert df["offset"].tolist() == [0, 1, 2]
+    assert str(df["offset"].dtype) == "int64"
+    assert df["customer"].tolist() == ["ann", "bob", "cid"]
+    amounts = df["amount"].tolist()  # Decimal coerced to float; NULL to NaN
+    assert amounts[:2] == [1.5, 2.0] and pd.isna(amounts[2])
+    assert df["note"].isna().tolist() == [True, False, False]
+    assert df["note"].tolist()[1:] == ["gift", "no amount"]
+    assert isinstance(df["ts"].dtype, pd.DatetimeTZDtype)
+    assert df["ts"].is_monotonic_increasing
+
+
+def test_pandas_read_sql_with_params(engine, orders):
+    df = pd.read_sql(sa.text("SELECT offset, customer FROM orders WHERE offset >= :o"), engine,
+                     params={"o": 1})
+    assert df.shape == (2, 2)
+    assert sorted(df["customer"].tolist()) == ["bob", "cid"]
+
+
+def test_pandas_read_sql_table(engine, orders):
+    """read_sql_table reflects the table first."""
+    df = pd.read_sql_table(orders, engine)
+    assert df.shape == (3, 5)
+    assert list(df.columns) == ["offset", "ts", "customer", "amount", "note"]
+    assert sorted(df["customer"].tolist()) == ["ann", "bob", "cid"]
