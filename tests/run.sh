@@ -33,6 +33,25 @@ else
   echo "SKIPPED: \`go\` is not on PATH" | tee "$target/go-test.log"
   go_status=0
 fi
+
+echo "== node-postgres tests"
+if command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1; then
+  (cd tests/node && npm ci --no-audit --no-fund --loglevel=error \
+    && SLUICE_BIN="$target/debug/sluice" node --test --test-reporter=tap) 2>&1 | tee "$target/node-test.log"
+  node_status=${PIPESTATUS[0]}
+else
+  echo "SKIPPED: \`node\`/\`npm\` are not on PATH" | tee "$target/node-test.log"
+  node_status=0
+fi
+
+echo "== pgjdbc tests"
+if command -v mvn >/dev/null 2>&1; then
+  (cd tests/java && SLUICE_BIN="$target/debug/sluice" mvn -B -ntp test) 2>&1 | tee "$target/java-test.log"
+  java_status=${PIPESTATUS[0]}
+else
+  echo "SKIPPED: \`mvn\` is not on PATH" | tee "$target/java-test.log"
+  java_status=0
+fi
 set -e
 
 # One closing line over all runners.
@@ -42,10 +61,20 @@ py_passed=$(grep -Eo '[0-9]+ passed' "$target/pytest.log" | tail -1 | awk '{prin
 py_failed=$(grep -Eo '[0-9]+ failed' "$target/pytest.log" | tail -1 | awk '{print $1+0}' || true)
 go_passed=$(grep -Ec '^[[:space:]]*--- PASS' "$target/go-test.log" || true)
 go_failed=$(grep -Ec '^[[:space:]]*--- FAIL' "$target/go-test.log" || true)
-passed=$((rust_passed + ${py_passed:-0} + go_passed))
-failed=$((rust_failed + ${py_failed:-0} + go_failed))
+node_passed=$(grep -Eo '^# pass [0-9]+' "$target/node-test.log" | awk '{s+=$3} END {print s+0}' || true)
+node_failed=$(grep -Eo '^# fail [0-9]+' "$target/node-test.log" | awk '{s+=$3} END {print s+0}' || true)
+# surefire's last "Tests run:" line is the total over all classes
+java_line=$(grep -E 'Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+, Skipped: [0-9]+$' "$target/java-test.log" | tail -1 || true)
+java_run=$(echo "$java_line" | sed -E 's/.*Tests run: ([0-9]+).*/\1/;t;s/.*/0/')
+java_bad=$(echo "$java_line" | sed -E 's/.*Failures: ([0-9]+), Errors: ([0-9]+).*/\1 \2/;t;s/.*/0 0/' | awk '{print $1+$2}')
+java_skipped=$(echo "$java_line" | sed -E 's/.*Skipped: ([0-9]+).*/\1/;t;s/.*/0/')
+java_passed=$(( ${java_run:-0} - ${java_bad:-0} - ${java_skipped:-0} ))
+passed=$((rust_passed + ${py_passed:-0} + go_passed + ${node_passed:-0} + java_passed))
+failed=$((rust_failed + ${py_failed:-0} + go_failed + ${node_failed:-0} + ${java_bad:-0}))
 echo
 echo "Summary: $passed passed, $failed failed"
-if [ "$rust_status" -ne 0 ] || [ "$py_status" -ne 0 ] || [ "$go_status" -ne 0 ] || [ "$failed" -ne 0 ]; then
+echo "  (cargo $rust_passed/$rust_failed, pytest ${py_passed:-0}/${py_failed:-0}, go $go_passed/$go_failed, node ${node_passed:-0}/${node_failed:-0}, jdbc $java_passed/${java_bad:-0} passed/failed)"
+if [ "$rust_status" -ne 0 ] || [ "$py_status" -ne 0 ] || [ "$go_status" -ne 0 ] \
+  || [ "$node_status" -ne 0 ] || [ "$java_status" -ne 0 ] || [ "$failed" -ne 0 ]; then
   exit 1
 fi

@@ -638,24 +638,29 @@ impl QueryParser for SluiceParser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let session = session_of(client)?;
-        let s = session.lock().await;
-        if sql.len() > s.engine().limits.max_statement_bytes {
-            return Err(user_error(sluice_sql::Error::new(
-                sqlstate::PROGRAM_LIMIT_EXCEEDED,
-                "statement exceeds max_statement_bytes",
-            )));
+        let mut s = session.lock().await;
+        let prepared = async {
+            if sql.len() > s.engine().limits.max_statement_bytes {
+                return Err(sluice_sql::Error::new(
+                    sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                    "statement exceeds max_statement_bytes",
+                ));
+            }
+            let mut parsed = statement::parse(sql)?;
+            if parsed.len() > 1 {
+                return Err(sluice_sql::Error::syntax(
+                    "cannot insert multiple commands into a prepared statement",
+                ));
+            }
+            let Some(parsed) = parsed.pop() else {
+                return Ok(None);
+            };
+            let desc = s.describe(&parsed).await?;
+            Ok(Some(Arc::new(Prepared { parsed, desc })))
         }
-        let mut parsed = statement::parse(sql).map_err(user_error)?;
-        if parsed.len() > 1 {
-            return Err(user_error(sluice_sql::Error::syntax(
-                "cannot insert multiple commands into a prepared statement",
-            )));
-        }
-        let Some(parsed) = parsed.pop() else {
-            return Ok(None);
-        };
-        let desc = s.describe(&parsed).await.map_err(user_error)?;
-        Ok(Some(Arc::new(Prepared { parsed, desc })))
+        .await;
+        // as in PostgreSQL, an error at Parse aborts the transaction block
+        prepared.map_err(|e| user_error(s.fail_block(e)))
     }
 
     fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
@@ -704,7 +709,52 @@ impl ExtendedQueryHandler for Backend {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        use pgwire::messages::extendedquery::TARGET_TYPE_BYTE_PORTAL;
+        use pgwire::messages::extendedquery::{
+            TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
+        };
+        // A statement that returns no rows is described with NoData even
+        // when it has parameters (pgwire would send an empty RowDescription,
+        // which pgjdbc rejects for INSERT).
+        if message.target_type == TARGET_TYPE_BYTE_STATEMENT {
+            let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+            let entry = client.portal_store().get_statement(name);
+            if let Some(stored) = entry.as_ref().and_then(|e| e.value()) {
+                if stored.statement.desc.schema.is_none() {
+                    let params: Vec<Type> =
+                        (0..stored
+                            .parameter_types
+                            .len()
+                            .max(stored.statement.desc.params.len()))
+                            .map(|i| {
+                                stored
+                                    .parameter_types
+                                    .get(i)
+                                    .cloned()
+                                    .flatten()
+                                    .or_else(|| {
+                                        stored.statement.desc.params.get(i).map(|t| {
+                                            t.map(|t| pg_type(t.oid())).unwrap_or(Type::TEXT)
+                                        })
+                                    })
+                                    .unwrap_or(Type::UNKNOWN)
+                            })
+                            .collect();
+                    client
+                        .send(PgWireBackendMessage::ParameterDescription(
+                            pgwire::messages::data::ParameterDescription::new(
+                                params.iter().map(|t| t.oid()).collect(),
+                            ),
+                        ))
+                        .await?;
+                    client
+                        .send(PgWireBackendMessage::NoData(
+                            pgwire::messages::data::NoData::new(),
+                        ))
+                        .await?;
+                    return Ok(());
+                }
+            }
+        }
         if message.target_type == TARGET_TYPE_BYTE_PORTAL {
             let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
             if client.portal_store().get_portal(name).is_none() {

@@ -269,7 +269,10 @@ impl SchemaProvider for LiveSchema {
 
 /// Sluice's system views in `public`, with their schemas.
 pub(crate) fn system_views() -> Vec<(&'static str, SchemaRef)> {
-    vec![(STATS_VIEW, stats_schema()), (STREAMS_VIEW, streams_schema())]
+    vec![
+        (STATS_VIEW, stats_schema()),
+        (STREAMS_VIEW, streams_schema()),
+    ]
 }
 
 fn stats_schema() -> SchemaRef {

@@ -46,8 +46,8 @@ mod settings;
 use cursor::{no_cursor, CursorEntry};
 use functions::{pg_notify_udf, session_udfs, NotifyState};
 use naming::{pg_column_names, with_unique_names};
-pub use settings::{canonical_setting, validate_setting};
 use settings::default_settings;
+pub use settings::{canonical_setting, validate_setting};
 
 /// What a statement produced, for the wire layer to send.
 pub enum Output {
@@ -105,8 +105,39 @@ pub enum TxnStatus {
 #[derive(Debug)]
 enum Txn {
     Idle,
-    Block { ops: Vec<Op>, bytes: usize },
-    Failed,
+    /// Inside BEGIN: writes are buffered until COMMIT.
+    Block(Block),
+    /// An error aborted the block; only ROLLBACK [TO SAVEPOINT] or COMMIT.
+    Failed(Block),
+}
+
+#[derive(Debug, Default)]
+struct Block {
+    ops: Vec<Op>,
+    bytes: usize,
+    savepoints: Vec<SavepointMark>,
+}
+
+/// How much of the block (writes, pending notifications) a savepoint keeps.
+#[derive(Debug)]
+struct SavepointMark {
+    name: String,
+    ops: usize,
+    bytes: usize,
+    notifications: usize,
+}
+
+/// Position of the newest savepoint called `name` (3B001 if none).
+fn savepoint_index(b: &Block, name: &str) -> Result<usize> {
+    b.savepoints
+        .iter()
+        .rposition(|s| s.name == name)
+        .ok_or_else(|| {
+            Error::new(
+                sqlstate::INVALID_SAVEPOINT,
+                format!("savepoint \"{name}\" does not exist"),
+            )
+        })
 }
 
 /// Parameter and result description of a prepared statement.
@@ -230,8 +261,8 @@ impl Session {
     pub fn status(&self) -> TxnStatus {
         match self.txn {
             Txn::Idle => TxnStatus::Idle,
-            Txn::Block { .. } => TxnStatus::InBlock,
-            Txn::Failed => TxnStatus::Failed,
+            Txn::Block(_) => TxnStatus::InBlock,
+            Txn::Failed(_) => TxnStatus::Failed,
         }
     }
 
@@ -281,7 +312,9 @@ impl Session {
 
     /// Execute one classified statement with bound parameters.
     pub async fn execute(&mut self, p: &Parsed, params: &[ScalarValue]) -> Result<Output> {
-        if matches!(self.txn, Txn::Failed) && !matches!(p, Parsed::Commit | Parsed::Rollback) {
+        if matches!(self.txn, Txn::Failed(_))
+            && !matches!(p, Parsed::Commit | Parsed::Rollback | Parsed::RollbackTo(_))
+        {
             return Err(Error::new(
                 sqlstate::IN_FAILED_TRANSACTION,
                 "current transaction is aborted, commands ignored until end of transaction block",
@@ -291,10 +324,16 @@ impl Session {
         r.map_err(|e| self.fail(e))
     }
 
+    /// Record a failure outside `execute` (e.g. at Parse): inside a block
+    /// the block is now aborted.
+    pub fn fail_block(&mut self, e: Error) -> Error {
+        self.fail(e)
+    }
+
     /// Record a failure: inside a block the block is now aborted.
     fn fail(&mut self, e: Error) -> Error {
-        if matches!(self.txn, Txn::Block { .. }) {
-            self.txn = Txn::Failed;
+        if let Txn::Block(b) = std::mem::replace(&mut self.txn, Txn::Idle) {
+            self.txn = Txn::Failed(b);
         }
         e
     }
@@ -333,10 +372,7 @@ impl Session {
             Parsed::Begin => {
                 match self.txn {
                     Txn::Idle => {
-                        self.txn = Txn::Block {
-                            ops: vec![],
-                            bytes: 0,
-                        };
+                        self.txn = Txn::Block(Block::default());
                         self.notify.in_block.store(true, Ordering::Release);
                     }
                     _ => tracing::debug!("BEGIN inside a transaction block ignored"),
@@ -344,7 +380,7 @@ impl Session {
                 Ok(Output::Tag("BEGIN".into()))
             }
             Parsed::Commit => match std::mem::replace(&mut self.txn, Txn::Idle) {
-                Txn::Block { ops, .. } => {
+                Txn::Block(Block { ops, .. }) => {
                     let result = if ops.is_empty() {
                         Ok(vec![])
                     } else {
@@ -353,12 +389,67 @@ impl Session {
                     self.end_block(result.is_ok());
                     result.map(|_| Output::Tag("COMMIT".into()))
                 }
-                Txn::Failed => {
+                Txn::Failed(_) => {
                     self.end_block(false);
                     Ok(Output::Tag("ROLLBACK".into()))
                 }
                 Txn::Idle => Ok(Output::Tag("COMMIT".into())),
             },
+            Parsed::Savepoint(name) => {
+                let notifications = self.notify.pending.lock().len();
+                match &mut self.txn {
+                    Txn::Block(b) => {
+                        b.savepoints.push(SavepointMark {
+                            name: name.clone(),
+                            ops: b.ops.len(),
+                            bytes: b.bytes,
+                            notifications,
+                        });
+                        Ok(Output::Tag("SAVEPOINT".into()))
+                    }
+                    _ => Err(Error::new(
+                        sqlstate::NO_ACTIVE_SQL_TRANSACTION,
+                        "SAVEPOINT can only be used in transaction blocks",
+                    )),
+                }
+            }
+            Parsed::ReleaseSavepoint(name) => match &mut self.txn {
+                Txn::Block(b) => {
+                    let at = savepoint_index(b, name)?;
+                    b.savepoints.truncate(at);
+                    Ok(Output::Tag("RELEASE".into()))
+                }
+                _ => Err(Error::new(
+                    sqlstate::NO_ACTIVE_SQL_TRANSACTION,
+                    "RELEASE SAVEPOINT can only be used in transaction blocks",
+                )),
+            },
+            Parsed::RollbackTo(name) => {
+                let mut b = match std::mem::replace(&mut self.txn, Txn::Idle) {
+                    Txn::Block(b) | Txn::Failed(b) => b,
+                    Txn::Idle => {
+                        return Err(Error::new(
+                            sqlstate::NO_ACTIVE_SQL_TRANSACTION,
+                            "ROLLBACK TO SAVEPOINT can only be used in transaction blocks",
+                        ))
+                    }
+                };
+                let at = match savepoint_index(&b, name) {
+                    Ok(at) => at,
+                    Err(e) => {
+                        self.txn = Txn::Failed(b);
+                        return Err(e);
+                    }
+                };
+                let mark = &b.savepoints[at];
+                let (ops, bytes, notifications) = (mark.ops, mark.bytes, mark.notifications);
+                b.ops.truncate(ops);
+                b.bytes = bytes;
+                b.savepoints.truncate(at + 1);
+                self.notify.pending.lock().truncate(notifications);
+                self.txn = Txn::Block(b);
+                Ok(Output::Tag("ROLLBACK".into()))
+            }
             Parsed::Rollback => {
                 self.txn = Txn::Idle;
                 self.end_block(false);
@@ -490,6 +581,22 @@ impl Session {
                 Ok(Output::Tag("RESET".into()))
             }
             Parsed::NoOp(tag) => Ok(Output::Tag((*tag).into())),
+            Parsed::Discard => {
+                if !matches!(self.txn, Txn::Idle) {
+                    return Err(Error::new(
+                        sqlstate::ACTIVE_SQL_TRANSACTION,
+                        "DISCARD ALL cannot run inside a transaction block",
+                    ));
+                }
+                for p in [
+                    Parsed::Close(None),
+                    Parsed::Unlisten(None),
+                    Parsed::Reset(None),
+                ] {
+                    Box::pin(self.execute_inner(&p, &[])).await?;
+                }
+                Ok(Output::Tag("DISCARD ALL".into()))
+            }
             Parsed::CopyFrom(c) => {
                 let stream = self.stream(&c.stream)?;
                 let targets = target_columns(&stream, &c.columns)?;
@@ -541,6 +648,15 @@ impl Session {
     /// (inferred where the client left them open) and result columns.
     pub async fn describe(&self, p: &Parsed) -> Result<Description> {
         match p {
+            Parsed::Refused(e) => Err(e.clone()),
+            Parsed::Delete(d) => {
+                let (name, _) = truncation_target(d)?;
+                self.stream(&name)?;
+                Ok(Description {
+                    params: vec![],
+                    schema: None,
+                })
+            }
             Parsed::Query(stmt) => {
                 let plan = self.plan(stmt).await?;
                 // fields, not just types: a parameter compared with a column
@@ -552,6 +668,11 @@ impl Session {
                         if i >= 1 && i <= params.len() {
                             params[i - 1] = field.as_deref().and_then(ColumnType::of_field);
                         }
+                    }
+                }
+                for (i, t) in statement::cast_param_types(stmt) {
+                    if let Some(slot @ None) = params.get_mut(i.wrapping_sub(1)) {
+                        *slot = Some(t);
                     }
                 }
                 let schema = pg_column_names(stmt, plan.schema().as_arrow());
@@ -739,7 +860,7 @@ impl Session {
             })),
         };
         match &mut self.txn {
-            Txn::Block { ops, bytes } => {
+            Txn::Block(Block { ops, bytes, .. }) => {
                 let size = match &op.kind {
                     Some(op::Kind::Append(a)) => a.ipc.len(),
                     _ => 0,
@@ -821,34 +942,9 @@ impl Session {
 
     /// `DELETE FROM s WHERE offset < n` drops a prefix; any other DELETE is refused.
     async fn delete(&mut self, d: &sqlparser::ast::Delete) -> Result<Output> {
-        let tables = match &d.from {
-            sqlparser::ast::FromTable::WithFromKeyword(t)
-            | sqlparser::ast::FromTable::WithoutKeyword(t) => t,
-        };
-        let name = match tables.first().map(|t| &t.relation) {
-            Some(sqlparser::ast::TableFactor::Table { name, .. }) => statement::table_name(name),
-            _ => return Err(Error::syntax("DELETE needs a stream name")),
-        };
+        let (name, before) = truncation_target(d)?;
         let stream = self.stream(&name)?;
-        let before = match &d.selection {
-            Some(Expr::BinaryOp { left, op, right }) => match (left.as_ref(), op, right.as_ref()) {
-                (Expr::Identifier(id), BinaryOperator::Lt, v)
-                    if statement::normalize_ident(id) == OFFSET_COLUMN =>
-                {
-                    literal_u64(v)
-                }
-                (Expr::Identifier(id), BinaryOperator::LtEq, v)
-                    if statement::normalize_ident(id) == OFFSET_COLUMN =>
-                {
-                    literal_u64(v).map(|n| n + 1)
-                }
-                _ => None,
-            },
-            _ => None,
-        };
-        let Some(before) = before else {
-            return Err(statement::append_only(&name));
-        };
+
         if !matches!(self.txn, Txn::Idle) {
             return Err(Error::new(
                 sqlstate::ACTIVE_SQL_TRANSACTION,
@@ -1082,4 +1178,37 @@ fn copy_values<F>(
                 .collect()
         })
         .collect()
+}
+
+/// `DELETE FROM s WHERE offset < n` (or `<= n`): the stream and the first
+/// offset to keep. Any other DELETE is refused: streams are append-only.
+fn truncation_target(d: &sqlparser::ast::Delete) -> Result<(String, u64)> {
+    let tables = match &d.from {
+        sqlparser::ast::FromTable::WithFromKeyword(t)
+        | sqlparser::ast::FromTable::WithoutKeyword(t) => t,
+    };
+    let name = match tables.first().map(|t| &t.relation) {
+        Some(sqlparser::ast::TableFactor::Table { name, .. }) => statement::table_name(name),
+        _ => return Err(Error::syntax("DELETE needs a stream name")),
+    };
+    let before = match &d.selection {
+        Some(Expr::BinaryOp { left, op, right }) => match (left.as_ref(), op, right.as_ref()) {
+            (Expr::Identifier(id), BinaryOperator::Lt, v)
+                if statement::normalize_ident(id) == OFFSET_COLUMN =>
+            {
+                literal_u64(v)
+            }
+            (Expr::Identifier(id), BinaryOperator::LtEq, v)
+                if statement::normalize_ident(id) == OFFSET_COLUMN =>
+            {
+                literal_u64(v).map(|n| n + 1)
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    match before {
+        Some(before) => Ok((name, before)),
+        None => Err(statement::append_only(&name)),
+    }
 }

@@ -40,6 +40,12 @@ pub enum Parsed {
     Begin,
     Commit,
     Rollback,
+    /// `SAVEPOINT name`, `RELEASE [SAVEPOINT] name`, `ROLLBACK TO [SAVEPOINT] name`.
+    Savepoint(String),
+    ReleaseSavepoint(String),
+    RollbackTo(String),
+    /// `DISCARD ALL`: settings, cursors, listeners and prepared state reset.
+    Discard,
     Set {
         name: String,
         value: String,
@@ -149,7 +155,7 @@ fn split_inline_copy(sql: &str) -> Option<(&str, &str, &str)> {
 fn parse_statements(sql: &str) -> Result<Vec<Parsed>> {
     let (rewritten, stream_flags) = rewrite(sql)?;
     let stmts = crate::system::client_sql::parse(&rewritten)
-    .map_err(|e| Error::syntax(clean_parser_error(&e.to_string())))?;
+        .map_err(|e| Error::syntax(clean_parser_error(&e.to_string())))?;
     stmts
         .into_iter()
         .enumerate()
@@ -221,6 +227,25 @@ fn rewrite(sql: &str) -> Result<(String, Vec<bool>)> {
                     && is_column_use(prev_sig, next_sig) =>
             {
                 out.push_str("\"offset\"");
+            }
+            // the tokenizer unescaped these; write them back as standard
+            // strings (standard_conforming_strings is on)
+            Token::SingleQuotedString(v) | Token::EscapedStringLiteral(v) => {
+                out.push('\'');
+                out.push_str(&v.replace('\'', "''"));
+                out.push('\'');
+            }
+            Token::NationalStringLiteral(v) => {
+                out.push_str("N'");
+                out.push_str(&v.replace('\'', "''"));
+                out.push('\'');
+            }
+            Token::Word(w)
+                if w.quote_style.is_none()
+                    && is_word(w, "abort")
+                    && matches!(prev_sig, None | Some(Token::SemiColon)) =>
+            {
+                out.push_str("ROLLBACK");
             }
             other => out.push_str(&other.to_string()),
         }
@@ -358,12 +383,11 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
             savepoint: None, ..
         } => Parsed::Rollback,
         Statement::Rollback {
-            savepoint: Some(_), ..
-        }
-        | Statement::Savepoint { .. }
-        | Statement::ReleaseSavepoint { .. } => {
-            Parsed::Refused(Error::unsupported("savepoints are not supported"))
-        }
+            savepoint: Some(name),
+            ..
+        } => Parsed::RollbackTo(normalize_ident(&name)),
+        Statement::Savepoint { name } => Parsed::Savepoint(normalize_ident(&name)),
+        Statement::ReleaseSavepoint { name } => Parsed::ReleaseSavepoint(normalize_ident(&name)),
         Statement::Set(set) => classify_set(set),
         Statement::ShowVariable { variable } => {
             let name = variable
@@ -377,7 +401,7 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
                 Parsed::Show(name)
             }
         }
-        Statement::Discard { .. } => Parsed::NoOp("DISCARD ALL"),
+        Statement::Discard { .. } => Parsed::Discard,
         Statement::Reset(r) => match r.reset {
             sqlparser::ast::Reset::ALL => Parsed::Reset(None),
             sqlparser::ast::Reset::ConfigurationParameter(name) => {
@@ -736,6 +760,37 @@ pub fn parse_bytes(s: &str) -> Result<u64> {
         }
     };
     Ok((n * mult) as u64)
+}
+
+/// Parameter types a statement states with casts (`$1::int`), by number.
+pub fn cast_param_types(stmt: &Statement) -> std::collections::HashMap<usize, ColumnType> {
+    use sqlparser::ast::{Expr, Value, Visit, Visitor};
+    use std::ops::ControlFlow;
+    struct Casts(std::collections::HashMap<usize, ColumnType>);
+    impl Visitor for Casts {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+            if let Expr::Cast {
+                expr, data_type, ..
+            } = e
+            {
+                if let Expr::Value(v) = &**expr {
+                    if let Value::Placeholder(p) = &v.value {
+                        if let (Ok(i), Ok(t)) = (
+                            p.trim_start_matches('$').parse::<usize>(),
+                            ColumnType::parse(&data_type.to_string()),
+                        ) {
+                            self.0.entry(i).or_insert(t);
+                        }
+                    }
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut casts = Casts(Default::default());
+    let _ = stmt.visit(&mut casts);
+    casts.0
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ pub fn table_after(lines: &[String], header: &str) -> Vec<String> {
     };
     lines[start + 2..]
         .iter()
-        .take_while(|l| !(l.starts_with('(') && l.ends_with(')')) && !l.is_empty())
+        .take_while(|l| !(l.is_empty() || l.starts_with('(') && l.ends_with(')')))
         .cloned()
         .collect()
 }

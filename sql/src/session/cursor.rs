@@ -165,7 +165,7 @@ impl Session {
         params: &[ScalarValue],
         max_rows: usize,
     ) -> Result<Option<(SchemaRef, Vec<RecordBatch>, bool)>> {
-        if matches!(self.txn, Txn::Failed) {
+        if matches!(self.txn, Txn::Failed(_)) {
             return Err(Error::new(
                 sqlstate::IN_FAILED_TRANSACTION,
                 "current transaction is aborted, commands ignored until end of transaction block",

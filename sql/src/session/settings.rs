@@ -26,6 +26,7 @@ pub(super) fn default_settings() -> BTreeMap<String, String> {
         ("lc_ctype", "C"),
         ("tail_wait", "10s"),
         ("read_consistency", "prefix"),
+        ("default_table_access_method", "heap"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -52,33 +53,33 @@ pub fn canonical_setting(name: &str) -> String {
 /// Check a value for a (canonical) setting name before it is stored.
 pub fn validate_setting(name: &str, value: &str) -> Result<()> {
     match name {
-            "tail_wait" => {
-                statement::parse_duration_ms(value)?;
-            }
-            "read_consistency" if !matches!(value, "prefix" | "linearizable") => {
-                return Err(Error::new(
+        "tail_wait" => {
+            statement::parse_duration_ms(value)?;
+        }
+        "read_consistency" if !matches!(value, "prefix" | "linearizable") => {
+            return Err(Error::new(
                     sqlstate::INVALID_PARAMETER_VALUE,
                     format!("invalid value for parameter \"read_consistency\": \"{value}\" (prefix or linearizable)"),
                 ));
-            }
-            "client_encoding" => {
-                let v = value.to_uppercase().replace(['-', '_'], "");
-                if v != "UTF8" && v != "UNICODE" {
-                    return Err(Error::unsupported(format!(
-                        "client_encoding \"{value}\" is not supported; only UTF8"
-                    )));
-                }
-            }
-            "server_version" | "server_version_num" | "server_encoding" | "integer_datetimes"
-            | "lc_collate" | "lc_ctype" => {
-                return Err(Error::new(
-                    sqlstate::CANT_CHANGE_RUNTIME_PARAM,
-                    format!("parameter \"{name}\" cannot be changed"),
-                ))
-            }
-            _ => {}
         }
-        Ok(())
+        "client_encoding" => {
+            let v = value.to_uppercase().replace(['-', '_'], "");
+            if v != "UTF8" && v != "UNICODE" {
+                return Err(Error::unsupported(format!(
+                    "client_encoding \"{value}\" is not supported; only UTF8"
+                )));
+            }
+        }
+        "server_version" | "server_version_num" | "server_encoding" | "integer_datetimes"
+        | "lc_collate" | "lc_ctype" => {
+            return Err(Error::new(
+                sqlstate::CANT_CHANGE_RUNTIME_PARAM,
+                format!("parameter \"{name}\" cannot be changed"),
+            ))
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 impl Session {

@@ -33,6 +33,8 @@ static QUERY_RULES: LazyLock<Vec<Box<dyn SqlStatementRewriteRule>>> = LazyLock::
         Box::new(rules::RewritePgCatalogOperator),
         Box::new(rules::RewriteRegCastToSubquery::new()),
         Box::new(rules::FixVersionColumnName),
+        Box::new(super::rewrite::PgFunctions),
+        Box::new(super::rewrite::IntLiterals),
     ]
 });
 
@@ -46,13 +48,33 @@ const FRAGMENTS: &[(&str, &str)] = &[
         "pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ')",
         "pg_catalog.array_to_string(c.reloptions, ', ')",
     ),
+    // Grafana: "is the schema on search_path". DataFusion can neither take
+    // a function result as a FROM item (`string_to_array(...) s`) nor run an
+    // IN (subquery) inside CASE; the same test as an array membership.
+    (
+        "IN ( SELECT CASE WHEN trim(s[i]) = '\"$user\"' THEN user ELSE trim(s[i]) END FROM generate_series( array_lower(string_to_array(current_setting('search_path'),','),1), array_upper(string_to_array(current_setting('search_path'),','),1) ) as i, string_to_array(current_setting('search_path'),',') s )",
+        "= ANY(array_replace(string_to_array(replace(current_setting('search_path'), ' ', ''), ','), '\"$user\"', user))",
+    ),
+    // pgcli's function list: argument types as type names. The static
+    // pg_proc keeps them as text, which does not cast to regtype[].
+    (
+        "COALESCE(proallargtypes::regtype[], proargtypes::regtype[])::text[]",
+        "pg_arg_type_names(COALESCE(proallargtypes, proargtypes))",
+    ),
 ];
 
 /// Parse `sql` (already through Sluice's own token rewrite) into statements
 /// DataFusion can plan.
 pub fn parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
     if reads_catalogs(sql) {
-        return CATALOG_SQL.parse(&substitute(sql));
+        let stmts = CATALOG_SQL.parse(&substitute(sql))?;
+        return Ok(stmts
+            .into_iter()
+            .map(|s| super::rewrite::PgFunctions.rewrite(s))
+            .map(|s| super::rewrite::CaseSubqueries.rewrite(s))
+            .map(|s| super::rewrite::AggregateScalarSubqueries.rewrite(s))
+            .map(|s| super::rewrite::IntLiterals.rewrite(s))
+            .collect());
     }
     let stmts = Parser::new(&PostgreSqlDialect {})
         .try_with_sql(sql)?

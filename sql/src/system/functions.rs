@@ -35,8 +35,6 @@ pub(super) fn register(
         crate_fns::create_pg_get_partkeydef_udf(),
         crate_fns::create_pg_relation_is_publishable_udf(),
         crate_fns::create_pg_get_statisticsobjdef_columns_udf(),
-        crate_fns::create_pg_relation_size_udf(),
-        crate_fns::create_pg_total_relation_size_udf(),
         crate_fns::create_pg_stat_get_numscans(),
         crate_fns::create_pg_get_constraintdef(),
         crate_fns::create_pg_get_partition_ancestors_udf(),
@@ -64,14 +62,27 @@ pub(super) fn register(
         let state = ctx.state_ref();
         let existing = state.read().clone();
         let new_state = SessionStateBuilder::new_from_existing(existing)
-            .with_type_planner(Arc::new(
-                crate_fns::oid_type_planner::PgOidTypePlanner,
-            ))
+            .with_type_planner(Arc::new(crate_fns::oid_type_planner::PgOidTypePlanner))
             .build();
         *state.write() = new_state;
     }
     crate_fns::generate_series_arg_coercion::CoerceIntArgsToBigInt::widen(ctx);
+    {
+        use datafusion::execution::session_state::SessionStateBuilder;
+        let state = ctx.state_ref();
+        let existing = state.read().clone();
+        let mut rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> =
+            vec![Arc::new(super::rewrite::BoolLiterals)];
+        rules.extend(datafusion::optimizer::Analyzer::new().rules);
+        let new_state = SessionStateBuilder::new_from_existing(existing)
+            .with_analyzer_rules(rules)
+            .build();
+        *state.write() = new_state;
+    }
 
+    for udf in catalog_functions(type_oids) {
+        ctx.register_udf(udf);
+    }
     for udf in session_functions(vars, Arc::downgrade(engine), type_oids.clone()) {
         ctx.register_udf(udf);
     }
@@ -97,11 +108,13 @@ fn udf(
             .map(|a| a.to_array(rows))
             .collect::<DFResult<Vec<_>>>()?;
         let out = f(&arrays, rows)?;
-        Ok(if rows == 1 && args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
-        } else {
-            ColumnarValue::Array(out)
-        })
+        Ok(
+            if rows == 1 && args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
+                ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+            } else {
+                ColumnarValue::Array(out)
+            },
+        )
     });
     ScalarUDF::from(SimpleScalarUDF::new_with_signature(
         name,
@@ -137,7 +150,7 @@ fn session_functions(
             Ok(Arc::new(StringArray::from(vec![db; rows])))
         },
     ));
-    for name in ["session_user", "current_user"] {
+    for name in ["session_user", "current_user", "user"] {
         let v = vars.clone();
         out.push(udf(
             name,
@@ -189,10 +202,7 @@ fn session_functions(
                     values.push(None);
                     continue;
                 };
-                match vars
-                    .settings
-                    .get(&crate::session::canonical_setting(&n))
-                {
+                match vars.settings.get(&crate::session::canonical_setting(&n)) {
                     Some(value) => values.push(Some(value.clone())),
                     None if missing_ok => values.push(None),
                     None => {
@@ -233,11 +243,9 @@ fn session_functions(
         Volatility::Stable,
         move |args, _| {
             let names = texts(args, 0)?;
-            Ok(Arc::new(Int32Array::from_iter(
-                names
-                    .iter()
-                    .map(|n| n.as_deref().and_then(|n| regtype(&type_oids, n))),
-            )))
+            Ok(Arc::new(Int32Array::from_iter(names.iter().map(|n| {
+                n.as_deref().and_then(|n| regtype(&type_oids, n))
+            }))))
         },
     ));
     let e = engine.clone();
@@ -262,10 +270,7 @@ fn session_functions(
     for name in ["obj_description", "col_description", "shobj_description"] {
         out.push(udf(
             name,
-            TypeSignature::OneOf(vec![
-                TypeSignature::Any(1),
-                TypeSignature::Any(2),
-            ]),
+            TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
             DataType::Utf8,
             Volatility::Stable,
             |_, rows| Ok(arrow::array::new_null_array(&DataType::Utf8, rows)),
@@ -287,14 +292,392 @@ fn session_functions(
             }))))
         },
     ));
+    for name in [
+        "pg_relation_size",
+        "pg_total_relation_size",
+        "pg_table_size",
+    ] {
+        let e = engine.clone();
+        out.push(udf(
+            name,
+            TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
+            DataType::Int64,
+            Volatility::Volatile,
+            move |args, _| {
+                let oids = arrow::compute::cast(&args[0], &DataType::Int64)?;
+                let oids = oids.as_primitive::<arrow::datatypes::Int64Type>();
+                let sizes: HashMap<i64, i64> = e
+                    .upgrade()
+                    .map(|e| {
+                        e.catalog
+                            .list()
+                            .iter()
+                            .map(|s| (s.def.oid as i64, s.log.size_bytes() as i64))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Ok(Arc::new(arrow::array::Int64Array::from_iter(
+                    oids.iter()
+                        .map(|o| o.map(|o| sizes.get(&o).copied().unwrap_or(0))),
+                )))
+            },
+        ));
+    }
+    out.push(udf(
+        "pg_type_is_visible",
+        TypeSignature::Any(1),
+        DataType::Boolean,
+        Volatility::Stable,
+        |args, rows| {
+            // every type lives in pg_catalog, which is always on the path
+            Ok(Arc::new(arrow::array::BooleanArray::from_iter(
+                (0..rows).map(|r| args[0].is_valid(r).then_some(true)),
+            )))
+        },
+    ));
+    out.push(udf(
+        "format",
+        TypeSignature::VariadicAny,
+        DataType::Utf8,
+        Volatility::Stable,
+        |args, rows| {
+            let cols = (0..args.len())
+                .map(|i| texts(args, i))
+                .collect::<DFResult<Vec<_>>>()?;
+            let mut out = Vec::with_capacity(rows);
+            for r in 0..rows {
+                let Some(fmt) = &cols[0][r] else {
+                    out.push(None);
+                    continue;
+                };
+                let values: Vec<Option<&str>> = cols[1..].iter().map(|c| c[r].as_deref()).collect();
+                out.push(Some(format_pg(fmt, &values)?));
+            }
+            Ok(Arc::new(StringArray::from(out)))
+        },
+    ));
+    out.push(udf(
+        "pg_expandarray_struct",
+        TypeSignature::Exact(vec![int2_array("").data_type().clone()]),
+        expandarray_type(),
+        Volatility::Immutable,
+        |args, _| expand_array(&args[0]),
+    ));
     out.push(udf(
         "pg_is_in_recovery",
         TypeSignature::Nullary,
         DataType::Boolean,
         Volatility::Stable,
-        |_, rows| Ok(Arc::new(arrow::array::BooleanArray::from(vec![false; rows]))),
+        |_, rows| {
+            Ok(Arc::new(arrow::array::BooleanArray::from(vec![
+                false;
+                rows
+            ])))
+        },
     ));
     out
+}
+
+/// Functions over catalog data that need no session.
+fn catalog_functions(type_oids: &Arc<HashMap<String, i32>>) -> Vec<ScalarUDF> {
+    let names: Arc<HashMap<i32, String>> =
+        Arc::new(type_oids.iter().map(|(n, o)| (*o, n.clone())).collect());
+    let text_list = text_array("").data_type().clone();
+    vec![
+        // Sluice takes no advisory locks, so there are none to release.
+        udf(
+            "pg_advisory_unlock_all",
+            TypeSignature::Nullary,
+            DataType::Utf8,
+            Volatility::Volatile,
+            |_, rows| Ok(arrow::array::new_null_array(&DataType::Utf8, rows)),
+        ),
+        // Sluice has only the default collation, on the path.
+        udf(
+            "pg_collation_is_visible",
+            TypeSignature::Any(1),
+            DataType::Boolean,
+            Volatility::Stable,
+            |args, rows| {
+                Ok(Arc::new(arrow::array::BooleanArray::from_iter(
+                    (0..rows).map(|r| args[0].is_valid(r).then_some(true)),
+                )))
+            },
+        ),
+        udf(
+            "json_build_object",
+            TypeSignature::VariadicAny,
+            DataType::Utf8,
+            Volatility::Stable,
+            |args, rows| {
+                if args.len() % 2 != 0 {
+                    return Err(DataFusionError::Execution(
+                        "argument list must have even number of elements".into(),
+                    ));
+                }
+                let mut out = Vec::with_capacity(rows);
+                for r in 0..rows {
+                    let mut obj = serde_json::Map::new();
+                    for pair in args.chunks(2) {
+                        let key = ScalarValue::try_from_array(&pair[0], r)?;
+                        let value = ScalarValue::try_from_array(&pair[1], r)?;
+                        obj.insert(
+                            key.to_string(),
+                            if value.is_null() {
+                                serde_json::Value::Null
+                            } else {
+                                match value {
+                                    ScalarValue::Boolean(Some(b)) => serde_json::Value::Bool(b),
+                                    v if v.data_type().is_numeric() => {
+                                        serde_json::from_str(&v.to_string())
+                                            .unwrap_or(serde_json::Value::String(v.to_string()))
+                                    }
+                                    v => serde_json::Value::String(v.to_string()),
+                                }
+                            },
+                        );
+                    }
+                    out.push(serde_json::Value::Object(obj).to_string());
+                }
+                Ok(Arc::new(StringArray::from(out)))
+            },
+        ),
+        // There are no indexes (yet) to describe.
+        udf(
+            "pg_get_indexdef",
+            TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(3)]),
+            DataType::Utf8,
+            Volatility::Stable,
+            |_, rows| Ok(arrow::array::new_null_array(&DataType::Utf8, rows)),
+        ),
+        // No column is backed by a sequence.
+        udf(
+            "pg_get_serial_sequence",
+            TypeSignature::Any(2),
+            DataType::Utf8,
+            Volatility::Stable,
+            |_, rows| Ok(arrow::array::new_null_array(&DataType::Utf8, rows)),
+        ),
+        udf(
+            "pg_array_in",
+            TypeSignature::Exact(vec![DataType::Utf8]),
+            text_list.clone(),
+            Volatility::Immutable,
+            |args, _| {
+                let mut b = arrow::array::ListBuilder::new(arrow::array::StringBuilder::new());
+                for v in texts(args, 0)? {
+                    match v {
+                        None => b.append_null(),
+                        Some(v) => {
+                            for e in parse_array_text(&v)
+                                .map_err(|e| DataFusionError::Execution(e.to_string()))?
+                            {
+                                b.values().append_option(e);
+                            }
+                            b.append(true);
+                        }
+                    }
+                }
+                Ok(Arc::new(b.finish()))
+            },
+        ),
+        udf(
+            "pg_arg_type_names",
+            TypeSignature::Any(1),
+            text_list,
+            Volatility::Stable,
+            move |args, _| {
+                let mut b = arrow::array::ListBuilder::new(arrow::array::StringBuilder::new());
+                for v in texts(args, 0)? {
+                    match v {
+                        None => b.append_null(),
+                        Some(v) => {
+                            for oid in v
+                                .split(|c: char| !c.is_ascii_digit())
+                                .filter_map(|d| d.parse::<i32>().ok())
+                            {
+                                b.values().append_value(
+                                    names.get(&oid).cloned().unwrap_or_else(|| oid.to_string()),
+                                );
+                            }
+                            b.append(true);
+                        }
+                    }
+                }
+                Ok(Arc::new(b.finish()))
+            },
+        ),
+    ]
+}
+
+/// PostgreSQL array text (`{a,"b c",NULL}`) → its elements.
+pub(crate) fn parse_array_text(s: &str) -> crate::Result<Vec<Option<String>>> {
+    let bad = || {
+        crate::Error::new(
+            crate::error::sqlstate::INVALID_TEXT_REPRESENTATION,
+            format!("malformed array literal: \"{s}\""),
+        )
+    };
+    let inner = s
+        .trim()
+        .strip_prefix('{')
+        .and_then(|r| r.strip_suffix('}'))
+        .ok_or_else(bad)?;
+    let mut out = Vec::new();
+    if inner.trim().is_empty() {
+        return Ok(out);
+    }
+    let mut chars = inner.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut elem = String::new();
+        let quoted = chars.peek() == Some(&'"');
+        if quoted {
+            chars.next();
+            loop {
+                match chars.next().ok_or_else(bad)? {
+                    '"' => break,
+                    '\\' => elem.push(chars.next().ok_or_else(bad)?),
+                    c => elem.push(c),
+                }
+            }
+            while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                chars.next();
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ',' {
+                    break;
+                }
+                chars.next();
+                if c == '\\' {
+                    elem.push(chars.next().ok_or_else(bad)?);
+                } else {
+                    elem.push(c);
+                }
+            }
+            elem = elem.trim_end().to_string();
+        }
+        out.push(if !quoted && elem.eq_ignore_ascii_case("null") {
+            None
+        } else {
+            Some(elem)
+        });
+        match chars.next() {
+            None => break,
+            Some(',') => continue,
+            Some(_) => return Err(bad()),
+        }
+    }
+    Ok(out)
+}
+
+/// `List<Struct{x: int2, n: int4}>`: `_pg_expandarray`'s rows per array.
+fn expandarray_type() -> DataType {
+    DataType::List(Arc::new(Field::new(
+        "item",
+        DataType::Struct(expandarray_fields()),
+        true,
+    )))
+}
+
+fn expandarray_fields() -> arrow::datatypes::Fields {
+    arrow::datatypes::Fields::from(vec![
+        Field::new("x", DataType::Int16, true),
+        Field::new("n", DataType::Int32, false),
+    ])
+}
+
+/// Each array's elements paired with their 1-based subscripts.
+fn expand_array(arrays: &ArrayRef) -> DFResult<ArrayRef> {
+    let list = arrays.as_list::<i32>();
+    let offsets = list.offsets();
+    let mut n = Vec::with_capacity(list.values().len());
+    for w in offsets.windows(2) {
+        n.extend(1..=(w[1] - w[0]));
+    }
+    let values = list.values().slice(
+        offsets[0] as usize,
+        (offsets[offsets.len() - 1] - offsets[0]) as usize,
+    );
+    let structs = arrow::array::StructArray::try_new(
+        expandarray_fields(),
+        vec![values, Arc::new(Int32Array::from(n))],
+        None,
+    )?;
+    let rebased = arrow::buffer::OffsetBuffer::new(
+        offsets
+            .iter()
+            .map(|o| o - offsets[0])
+            .collect::<Vec<_>>()
+            .into(),
+    );
+    Ok(Arc::new(arrow::array::ListArray::try_new(
+        Arc::new(Field::new(
+            "item",
+            DataType::Struct(expandarray_fields()),
+            true,
+        )),
+        rebased,
+        Arc::new(structs),
+        list.nulls().cloned(),
+    )?))
+}
+
+/// PostgreSQL's `format()`: `%s`, `%I` (identifier), `%L` (literal), `%%`.
+fn format_pg(fmt: &str, values: &[Option<&str>]) -> DFResult<String> {
+    let mut out = String::with_capacity(fmt.len());
+    let mut next = values.iter();
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let spec = chars.next();
+        if spec == Some('%') {
+            out.push('%');
+            continue;
+        }
+        let value = next
+            .next()
+            .ok_or_else(|| DataFusionError::Execution("too few arguments for format()".into()))?;
+        match (spec, value) {
+            (Some('s'), v) => out.push_str(v.unwrap_or("")),
+            (Some('I'), Some(v)) => out.push_str(&quote_ident(v)),
+            (Some('I'), None) => {
+                return Err(DataFusionError::Execution(
+                    "null values cannot be formatted as an SQL identifier".into(),
+                ))
+            }
+            (Some('L'), Some(v)) => out.push_str(&format!("'{}'", v.replace('\'', "''"))),
+            (Some('L'), None) => out.push_str("NULL"),
+            (other, _) => {
+                return Err(DataFusionError::Execution(format!(
+                    "unrecognized format() type specifier \"{}\"",
+                    other.map(String::from).unwrap_or_default()
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// An identifier as `quote_ident` writes it.
+fn quote_ident(v: &str) -> String {
+    let plain = v
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && v.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '$');
+    if plain {
+        v.to_string()
+    } else {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    }
 }
 
 /// `to_regtype`: a type name as SQL writes it, or a pg_type name.
@@ -329,7 +712,8 @@ fn split_qualified(n: &str) -> (Option<&str>, &str) {
 pub(super) fn type_oids(static_tables: &PgCatalogStaticTables) -> HashMap<String, i32> {
     let mut out = HashMap::new();
     for batch in static_tables.pg_type.data() {
-        let (Some(names), Some(oids)) = (batch.column_by_name("typname"), batch.column_by_name("oid"))
+        let (Some(names), Some(oids)) =
+            (batch.column_by_name("typname"), batch.column_by_name("oid"))
         else {
             continue;
         };

@@ -183,12 +183,7 @@ fn precision(ty: &ColumnType) -> [Option<i32>; 4] {
 }
 
 fn columns(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
-    let names = [
-        "table_catalog",
-        "table_schema",
-        "table_name",
-        "column_name",
-    ];
+    let names = ["table_catalog", "table_schema", "table_name", "column_name"];
     let mut fields: Vec<Field> = names.iter().map(|n| text(n)).collect();
     fields.push(int4("ordinal_position"));
     fields.push(text("column_default"));

@@ -20,6 +20,7 @@ pub mod client_sql;
 mod functions;
 mod information_schema;
 mod pg_catalog;
+mod rewrite;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -141,7 +142,7 @@ pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
             ];
             columns.extend(s.def.columns.iter().map(|c| RelColumn {
                 name: c.name.clone(),
-                ty: c.ty.clone(),
+                ty: c.ty,
                 not_null: c.not_null,
             }));
             Relation {
@@ -265,6 +266,20 @@ pub(crate) fn text_array(name: &str) -> Field {
         true,
     )
 }
+pub(crate) fn int2_array(name: &str) -> Field {
+    Field::new(
+        name,
+        DataType::List(Arc::new(Field::new("item", DataType::Int16, true))),
+        true,
+    )
+}
+pub(crate) fn oid_array(name: &str) -> Field {
+    Field::new(
+        name,
+        DataType::List(Arc::new(Field::new("item", DataType::Int32, true))),
+        true,
+    )
+}
 /// An oid-typed column (int4 carrying the alias kind the crate's rules read).
 pub(crate) fn oid(name: &str, kind: &str) -> Field {
     datafusion_pg_catalog::pg_catalog::oid_field::oid_field(name, kind, true)
@@ -302,10 +317,9 @@ pub(crate) fn type_layout(ty: &ColumnType) -> (i16, bool, &'static str, &'static
         ColumnType::Bool => (1, true, "c", "p"),
         ColumnType::Int2 => (2, true, "s", "p"),
         ColumnType::Int4 | ColumnType::Float4 | ColumnType::Date => (4, true, "i", "p"),
-        ColumnType::Int8
-        | ColumnType::Float8
-        | ColumnType::Timestamptz
-        | ColumnType::Timestamp => (8, true, "d", "p"),
+        ColumnType::Int8 | ColumnType::Float8 | ColumnType::Timestamptz | ColumnType::Timestamp => {
+            (8, true, "d", "p")
+        }
         ColumnType::Uuid => (16, false, "c", "p"),
         ColumnType::Numeric(_) => (-1, false, "i", "m"),
         ColumnType::Text

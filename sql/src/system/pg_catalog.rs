@@ -28,6 +28,8 @@ const OWN: &[&str] = &[
     "pg_stat_user_tables",
     "pg_settings",
     "pg_user",
+    "pg_index",
+    "pg_constraint",
 ];
 
 #[derive(Debug)]
@@ -43,12 +45,9 @@ impl PgCatalog {
         static_tables: Arc<PgCatalogStaticTables>,
         vars: SharedVars,
     ) -> PgCatalog {
-        let inner = PgCatalogSchemaProvider::try_new(
-            NoCatalogs,
-            static_tables,
-            Roles(vars.clone()),
-        )
-        .unwrap_or_else(|_| unreachable!("PgCatalogSchemaProvider::try_new does not fail"));
+        let inner =
+            PgCatalogSchemaProvider::try_new(NoCatalogs, static_tables, Roles(vars.clone()))
+                .unwrap_or_else(|_| unreachable!("PgCatalogSchemaProvider::try_new does not fail"));
         PgCatalog {
             engine,
             vars,
@@ -72,6 +71,8 @@ impl PgCatalog {
             "pg_stat_user_tables" => pg_stat_user_tables(&rels),
             "pg_settings" => pg_settings(&vars.settings),
             "pg_user" => pg_user(&vars.user),
+            "pg_index" => pg_index(),
+            "pg_constraint" => pg_constraint(),
             _ => return Ok(None),
         };
         t.map(Some)
@@ -452,6 +453,76 @@ fn pg_user(user: &str) -> DFResult<Arc<dyn TableProvider>> {
         null_array(),
     ]);
     t.build()
+}
+
+/// No indexes yet (streams have none); typed like PostgreSQL's so client
+/// queries over `indkey` plan.
+fn pg_index() -> DFResult<Arc<dyn TableProvider>> {
+    let mut fields = vec![
+        oid("indexrelid", kind::REGCLASS),
+        oid("indrelid", kind::REGCLASS),
+    ];
+    fields.extend([int2("indnatts"), int2("indnkeyatts")]);
+    fields.extend(
+        [
+            "indisunique",
+            "indnullsnotdistinct",
+            "indisprimary",
+            "indisexclusion",
+            "indimmediate",
+            "indisclustered",
+            "indisvalid",
+            "indcheckxmin",
+            "indisready",
+            "indislive",
+            "indisreplident",
+        ]
+        .iter()
+        .map(|n| boolean(n)),
+    );
+    fields.extend([
+        int2_array("indkey"),
+        oid_array("indcollation"),
+        oid_array("indclass"),
+        int2_array("indoption"),
+        text("indexprs"),
+        text("indpred"),
+    ]);
+    TableBuilder::new(fields).build()
+}
+
+/// No constraints other than NOT NULL yet (which PostgreSQL 16 keeps in
+/// pg_attribute too); typed like PostgreSQL's.
+fn pg_constraint() -> DFResult<Arc<dyn TableProvider>> {
+    TableBuilder::new(vec![
+        oid("oid", kind::OID),
+        text("conname"),
+        oid("connamespace", kind::REGNAMESPACE),
+        text("contype"),
+        boolean("condeferrable"),
+        boolean("condeferred"),
+        boolean("convalidated"),
+        oid("conrelid", kind::REGCLASS),
+        oid("contypid", kind::REGTYPE),
+        oid("conindid", kind::REGCLASS),
+        oid("conparentid", kind::OID),
+        oid("confrelid", kind::REGCLASS),
+        text("confupdtype"),
+        text("confdeltype"),
+        text("confmatchtype"),
+        boolean("conislocal"),
+        int4("coninhcount"),
+        boolean("connoinherit"),
+        int2_array("conkey"),
+        int2_array("confkey"),
+        oid_array("conpfeqop"),
+        oid_array("conppeqop"),
+        oid_array("conffeqop"),
+        int2_array("confdelsetcols"),
+        oid_array("conexclop"),
+        text("conbin"),
+    ])
+    .build()
 }
 
 /// The crate's dynamic tables are all replaced here, so it sees no catalogs.
