@@ -154,6 +154,8 @@ pub struct Session {
     txn: Txn,
     /// Settings, user and database, shared with catalog functions.
     vars: crate::system::SharedVars,
+    /// Settings given at startup, which RESET restores.
+    startup_settings: BTreeMap<String, String>,
     id: u64,
     notify: Arc<NotifyState>,
     notify_tx: mpsc::Sender<Notification>,
@@ -196,6 +198,7 @@ impl Session {
             ctx,
             txn: Txn::Idle,
             vars,
+            startup_settings: BTreeMap::new(),
             notify,
             notify_tx,
             notify_rx: Some(notify_rx),
@@ -270,7 +273,10 @@ impl Session {
         self.vars.read().settings.get(&name.to_lowercase()).cloned()
     }
 
+    /// A setting from the startup packet: also what RESET returns to.
     pub fn set_setting(&mut self, name: &str, value: &str) {
+        self.startup_settings
+            .insert(canonical_setting(name), value.to_string());
         self.vars
             .write()
             .settings
@@ -332,9 +338,10 @@ impl Session {
 
     /// Record a failure: inside a block the block is now aborted.
     fn fail(&mut self, e: Error) -> Error {
-        if let Txn::Block(b) = std::mem::replace(&mut self.txn, Txn::Idle) {
-            self.txn = Txn::Failed(b);
-        }
+        self.txn = match std::mem::replace(&mut self.txn, Txn::Idle) {
+            Txn::Block(b) => Txn::Failed(b),
+            other => other,
+        };
         e
     }
 
@@ -556,19 +563,16 @@ impl Session {
                 }
             }
             Parsed::Reset(name) => {
+                // back to the value the session started with (startup
+                // parameters), else the default
+                let mut reset = default_settings();
+                reset.extend(self.startup_settings.clone());
+                let mut vars = self.vars.write();
                 match name {
-                    None => {
-                        let mut vars = self.vars.write();
-                        let keep = vars.settings.get("application_name").cloned();
-                        vars.settings = default_settings();
-                        if let Some(app) = keep {
-                            vars.settings.insert("application_name".into(), app);
-                        }
-                    }
+                    None => vars.settings = reset,
                     Some(n) => {
                         let n = canonical_setting(n);
-                        let mut vars = self.vars.write();
-                        match default_settings().get(&n) {
+                        match reset.get(&n) {
                             Some(v) => {
                                 vars.settings.insert(n, v.clone());
                             }
