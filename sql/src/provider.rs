@@ -248,11 +248,33 @@ impl TableProvider for StreamTable {
             bounds,
             end: snapshot_end,
         };
+        // Rows come out in offset order: say so when `offset` is projected,
+        // so `ORDER BY offset` (tails, consumers) needs no sort.
+        let offset_at = match projection {
+            Some(p) => p.iter().position(|&i| i == 0),
+            None => Some(0),
+        };
+        let ordering = offset_at.and_then(|at| {
+            datafusion::physical_expr::LexOrdering::new(vec![
+                datafusion::physical_expr::PhysicalSortExpr::new(
+                    Arc::new(datafusion::physical_expr::expressions::Column::new(
+                        OFFSET_COLUMN,
+                        at,
+                    )),
+                    // ASC NULLS LAST is what `ORDER BY offset` asks for (and
+                    // offset is never NULL)
+                    arrow::compute::SortOptions {
+                        descending: false,
+                        nulls_first: false,
+                    },
+                ),
+            ])
+        });
         Ok(Arc::new(StreamingTableExec::try_new(
             self.stream.full_schema.clone(),
             vec![Arc::new(partition)],
             projection,
-            vec![],
+            ordering,
             false,
             limit,
         )?))

@@ -638,6 +638,23 @@ impl Session {
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
         }
+        // A plain scan (no aggregation, join or window) returns rows in
+        // offset order, as a log reader expects even without ORDER BY:
+        // don't split it round-robin across partitions.
+        use datafusion::common::tree_node::TreeNode;
+        let spread = plan.exists(|p| {
+            Ok(matches!(
+                p,
+                LogicalPlan::Aggregate(_) | LogicalPlan::Join(_) | LogicalPlan::Window(_)
+            ))
+        })?;
+        self.ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .options_mut()
+            .optimizer
+            .enable_round_robin_repartition = spread;
         let df = self.ctx.execute_logical_plan(plan).await?;
         let schema = pg_column_names(stmt, df.schema().as_arrow());
         let stream = df.execute_stream().await?;
