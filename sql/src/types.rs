@@ -178,6 +178,29 @@ impl ColumnType {
         }
     }
 
+    /// `pg_type.typname` (`int4`, `timestamptz`, ...); also how PostgreSQL
+    /// names a cast column (`'1'::int` → `int4`).
+    pub fn typname(&self) -> &'static str {
+        match self {
+            ColumnType::Bool => "bool",
+            ColumnType::Int2 => "int2",
+            ColumnType::Int4 => "int4",
+            ColumnType::Int8 => "int8",
+            ColumnType::Float4 => "float4",
+            ColumnType::Float8 => "float8",
+            ColumnType::Numeric(_) => "numeric",
+            ColumnType::Text => "text",
+            ColumnType::Varchar(_) => "varchar",
+            ColumnType::Bytea => "bytea",
+            ColumnType::Timestamptz => "timestamptz",
+            ColumnType::Timestamp => "timestamp",
+            ColumnType::Date => "date",
+            ColumnType::Json => "json",
+            ColumnType::Jsonb => "jsonb",
+            ColumnType::Uuid => "uuid",
+        }
+    }
+
     /// Short name used in error messages (`integer`, `uuid`, ...).
     fn input_name(&self) -> &'static str {
         match self {

@@ -58,7 +58,7 @@ fn expr_name(e: &Expr) -> String {
             | Expr::Function(_)
             | Expr::Cast { .. } => expr_name(expr),
             _ => ColumnType::parse(&data_type.to_string())
-                .map(|t| pg_type_short_name(t).to_string())
+                .map(|t| ColumnType::typname(&t).to_string())
                 .unwrap_or_else(|_| data_type.to_string().to_lowercase()),
         },
         Expr::Nested(inner) => expr_name(inner),
@@ -66,28 +66,6 @@ fn expr_name(e: &Expr) -> String {
         Expr::Exists { .. } => "exists".into(),
         Expr::Array(_) => "array".into(),
         _ => "?column?".into(),
-    }
-}
-
-/// The `typname` PostgreSQL uses to name a cast column (`'1'::int` → int4).
-fn pg_type_short_name(t: ColumnType) -> &'static str {
-    match t {
-        ColumnType::Bool => "bool",
-        ColumnType::Int2 => "int2",
-        ColumnType::Int4 => "int4",
-        ColumnType::Int8 => "int8",
-        ColumnType::Float4 => "float4",
-        ColumnType::Float8 => "float8",
-        ColumnType::Numeric(_) => "numeric",
-        ColumnType::Text => "text",
-        ColumnType::Varchar(_) => "varchar",
-        ColumnType::Bytea => "bytea",
-        ColumnType::Timestamptz => "timestamptz",
-        ColumnType::Timestamp => "timestamp",
-        ColumnType::Date => "date",
-        ColumnType::Json => "json",
-        ColumnType::Jsonb => "jsonb",
-        ColumnType::Uuid => "uuid",
     }
 }
 

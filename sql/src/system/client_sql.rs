@@ -9,7 +9,7 @@
 //! only to statements that read the system catalogs, and every other query
 //! gets the meaning-preserving subset.
 //!
-//! [`FRAGMENTS`] adds substitutions of our own for client query fragments
+//! `FRAGMENTS` adds substitutions of our own for client query fragments
 //! DataFusion cannot plan, each replaced by one that means the same for
 //! Sluice's catalogs.
 

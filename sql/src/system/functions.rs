@@ -124,6 +124,32 @@ fn udf(
     ))
 }
 
+/// A function whose answer is NULL for everything Sluice has.
+fn always_null(name: &str, signature: TypeSignature) -> ScalarUDF {
+    udf(
+        name,
+        signature,
+        DataType::Utf8,
+        Volatility::Stable,
+        |_, rows| Ok(arrow::array::new_null_array(&DataType::Utf8, rows)),
+    )
+}
+
+/// A `pg_*_is_visible(oid)` that is true for every object.
+fn visible(name: &str) -> ScalarUDF {
+    udf(
+        name,
+        TypeSignature::Any(1),
+        DataType::Boolean,
+        Volatility::Stable,
+        |args, rows| {
+            Ok(Arc::new(arrow::array::BooleanArray::from_iter(
+                (0..rows).map(|r| args[0].is_valid(r).then_some(true)),
+            )))
+        },
+    )
+}
+
 /// Text values of argument `i` (after casting to text).
 fn texts(args: &[ArrayRef], i: usize) -> DFResult<Vec<Option<String>>> {
     let a = arrow::compute::cast(&args[i], &DataType::Utf8)?;
@@ -268,12 +294,9 @@ fn session_functions(
     ));
     // Sluice keeps no comments: every description is NULL.
     for name in ["obj_description", "col_description", "shobj_description"] {
-        out.push(udf(
+        out.push(always_null(
             name,
             TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
-            DataType::Utf8,
-            Volatility::Stable,
-            |_, rows| Ok(arrow::array::new_null_array(&DataType::Utf8, rows)),
         ));
     }
     out.push(udf(
@@ -324,18 +347,6 @@ fn session_functions(
         ));
     }
     out.push(udf(
-        "pg_type_is_visible",
-        TypeSignature::Any(1),
-        DataType::Boolean,
-        Volatility::Stable,
-        |args, rows| {
-            // every type lives in pg_catalog, which is always on the path
-            Ok(Arc::new(arrow::array::BooleanArray::from_iter(
-                (0..rows).map(|r| args[0].is_valid(r).then_some(true)),
-            )))
-        },
-    ));
-    out.push(udf(
         "format",
         TypeSignature::VariadicAny,
         DataType::Utf8,
@@ -385,25 +396,11 @@ fn catalog_functions(type_oids: &Arc<HashMap<String, i32>>) -> Vec<ScalarUDF> {
     let text_list = text_array("").data_type().clone();
     vec![
         // Sluice takes no advisory locks, so there are none to release.
-        udf(
-            "pg_advisory_unlock_all",
-            TypeSignature::Nullary,
-            DataType::Utf8,
-            Volatility::Volatile,
-            |_, rows| Ok(arrow::array::new_null_array(&DataType::Utf8, rows)),
-        ),
-        // Sluice has only the default collation, on the path.
-        udf(
-            "pg_collation_is_visible",
-            TypeSignature::Any(1),
-            DataType::Boolean,
-            Volatility::Stable,
-            |args, rows| {
-                Ok(Arc::new(arrow::array::BooleanArray::from_iter(
-                    (0..rows).map(|r| args[0].is_valid(r).then_some(true)),
-                )))
-            },
-        ),
+        always_null("pg_advisory_unlock_all", TypeSignature::Nullary),
+        // Sluice has only the default collation, and every type is in
+        // pg_catalog, which is always on the path.
+        visible("pg_collation_is_visible"),
+        visible("pg_type_is_visible"),
         udf(
             "json_build_object",
             TypeSignature::VariadicAny,
@@ -443,21 +440,12 @@ fn catalog_functions(type_oids: &Arc<HashMap<String, i32>>) -> Vec<ScalarUDF> {
             },
         ),
         // There are no indexes (yet) to describe.
-        udf(
+        always_null(
             "pg_get_indexdef",
             TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(3)]),
-            DataType::Utf8,
-            Volatility::Stable,
-            |_, rows| Ok(arrow::array::new_null_array(&DataType::Utf8, rows)),
         ),
         // No column is backed by a sequence.
-        udf(
-            "pg_get_serial_sequence",
-            TypeSignature::Any(2),
-            DataType::Utf8,
-            Volatility::Stable,
-            |_, rows| Ok(arrow::array::new_null_array(&DataType::Utf8, rows)),
-        ),
+        always_null("pg_get_serial_sequence", TypeSignature::Any(2)),
         udf(
             "pg_array_in",
             TypeSignature::Exact(vec![DataType::Utf8]),
@@ -686,7 +674,7 @@ fn regtype(type_oids: &HashMap<String, i32>, name: &str) -> Option<i32> {
     if let Some(elem) = name.strip_suffix("[]") {
         let elem_name = ColumnType::parse(elem)
             .ok()
-            .map(|t| udt_name(&t).to_string())
+            .map(|t| t.typname().to_string())
             .unwrap_or_else(|| elem.trim().to_string());
         return type_oids.get(&format!("_{elem_name}")).copied();
     }

@@ -268,7 +268,7 @@ fn columns(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
             row.extend([null_s(), null_s(), null_s(), null_s(), null_s()]);
             row.extend([null_s(), null_s(), null_s()]); // collation
             row.extend([null_s(), null_s(), null_s()]); // domain
-            row.extend([s(db), s("pg_catalog"), s(udt_name(&c.ty))]);
+            row.extend([s(db), s("pg_catalog"), s(c.ty.typname())]);
             row.extend([null_s(), null_s(), null_s(), null_s()]);
             row.push(s((i + 1).to_string()));
             row.extend([s("NO"), s("NO")]);

@@ -337,25 +337,3 @@ pub(crate) fn type_collation(ty: &ColumnType) -> i32 {
         _ => 0,
     }
 }
-
-/// `pg_type.typname` of a column type.
-pub(crate) fn udt_name(ty: &ColumnType) -> &'static str {
-    match ty {
-        ColumnType::Bool => "bool",
-        ColumnType::Int2 => "int2",
-        ColumnType::Int4 => "int4",
-        ColumnType::Int8 => "int8",
-        ColumnType::Float4 => "float4",
-        ColumnType::Float8 => "float8",
-        ColumnType::Numeric(_) => "numeric",
-        ColumnType::Text => "text",
-        ColumnType::Varchar(_) => "varchar",
-        ColumnType::Bytea => "bytea",
-        ColumnType::Timestamptz => "timestamptz",
-        ColumnType::Timestamp => "timestamp",
-        ColumnType::Date => "date",
-        ColumnType::Json => "json",
-        ColumnType::Jsonb => "jsonb",
-        ColumnType::Uuid => "uuid",
-    }
-}
