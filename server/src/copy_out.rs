@@ -88,7 +88,9 @@ impl CopyEncoder {
                         }
                         field.clear();
                         match &enc.ty {
-                            Some(ty) => encode_binary(col.as_ref(), r, ty, &mut field)?,
+                            Some(ty) => {
+                                encode_binary(col.as_ref(), r, ty, enc.trim_numeric, &mut field)?
+                            }
                             None => field.put_slice(fallback_text(col.as_ref(), r)?.as_bytes()),
                         }
                         out.put_i32(field.len() as i32);

@@ -149,7 +149,13 @@ impl RowEncoder {
                 match (&self.encodings[c].ty, formatter) {
                     (Some(ty), _) => {
                         if binary {
-                            encode_binary(col.as_ref(), r, ty, &mut buf)?
+                            encode_binary(
+                                col.as_ref(),
+                                r,
+                                ty,
+                                self.encodings[c].trim_numeric,
+                                &mut buf,
+                            )?
                         } else {
                             encode_text(
                                 col.as_ref(),
@@ -457,10 +463,13 @@ pub fn format_decimal(v: i128, scale: i8, trim: bool) -> String {
     s
 }
 
+/// `trim_numeric`: as in text, an unconstrained `numeric` is sent with the
+/// scale the value needs (no trailing zeros).
 pub fn encode_binary(
     col: &dyn Array,
     r: usize,
     ty: &ColumnType,
+    trim_numeric: bool,
     out: &mut BytesMut,
 ) -> Result<(), String> {
     match ty {
@@ -473,7 +482,11 @@ pub fn encode_binary(
         }
         ColumnType::Float8 => out.put_f64(float_value(col, r).ok_or_else(|| mismatch(ty, col))?),
         ColumnType::Numeric(_) => {
-            let (v, scale) = decimal_value(col, r).ok_or_else(|| mismatch(ty, col))?;
+            let (mut v, mut scale) = decimal_value(col, r).ok_or_else(|| mismatch(ty, col))?;
+            while trim_numeric && scale > 0 && v % 10 == 0 {
+                v /= 10;
+                scale -= 1;
+            }
             encode_numeric_binary(v, scale, out);
         }
         ColumnType::Text | ColumnType::Varchar(_) | ColumnType::Json => out.put_slice(

@@ -170,8 +170,12 @@ pub fn copy_rows(data: &[u8]) -> Result<Vec<Vec<Option<&[u8]>>>> {
     pos += 4 + ext.max(0) as usize;
     let mut rows = Vec::new();
     loop {
+        // the -1 trailer is optional: data may also just end between rows
+        if pos == data.len() {
+            break;
+        }
         let Some(head) = data.get(pos..pos + 2) else {
-            return Err(bad("missing trailer"));
+            return Err(bad("truncated row header"));
         };
         let n = i16::from_be_bytes([head[0], head[1]]);
         pos += 2;

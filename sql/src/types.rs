@@ -351,6 +351,18 @@ impl ColumnType {
             ColumnType::Float8 => ScalarValue::Float64(Some(parse_float(s).ok_or_else(bad)?)),
             ColumnType::Numeric(ps) => {
                 let (p, sc) = ps.unwrap_or(DEFAULT_NUMERIC);
+                // an unconstrained numeric keeps DEFAULT_NUMERIC's scale: a
+                // value with more decimals is refused, never rounded
+                if ps.is_none() && decimal_places(s) > sc as i32 {
+                    return Err(Error::new(
+                        sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+                        format!(
+                            "numeric value {} has more than {sc} decimal places, the most an unconstrained numeric column keeps",
+                            s.trim()
+                        ),
+                    )
+                    .with_detail("Declare the column numeric(p,s) to round to a fixed scale."));
+                }
                 let v = parse_decimal(s, p, sc)?;
                 ScalarValue::Decimal128(Some(v), p, sc)
             }
@@ -376,7 +388,14 @@ impl ColumnType {
                 ScalarValue::TimestampMicrosecond(Some(dt), None)
             }
             ColumnType::Date => {
-                let d = parse_date(s.trim()).ok_or_else(bad)?;
+                // a timestamp's date part is a date, as in PostgreSQL
+                let d = parse_date(s.trim())
+                    .or_else(|| {
+                        parse_timestamp(s, false)
+                            .and_then(chrono::DateTime::from_timestamp_micros)
+                            .map(|t| t.date_naive())
+                    })
+                    .ok_or_else(bad)?;
                 ScalarValue::Date32(Some(date_to_days(d)))
             }
             ColumnType::Json => {
@@ -581,6 +600,17 @@ fn parse_float(s: &str) -> Option<f64> {
         "-infinity" | "-inf" => Some(f64::NEG_INFINITY),
         _ => t.parse::<f64>().ok(),
     }
+}
+
+/// Significant decimal places of a decimal literal (`1.50` → 1, `1e-3` → 3).
+fn decimal_places(s: &str) -> i32 {
+    let t = s.trim().trim_start_matches(['-', '+']);
+    let (mantissa, exp) = match t.find(['e', 'E']) {
+        Some(i) => (&t[..i], t[i + 1..].parse::<i32>().unwrap_or(0)),
+        None => (t, 0),
+    };
+    let frac = mantissa.split_once('.').map(|(_, f)| f).unwrap_or("");
+    frac.trim_end_matches('0').len() as i32 - exp
 }
 
 /// Parse a decimal literal into an integer scaled by `scale`, rounding half
