@@ -95,14 +95,23 @@ impl Database {
         };
         catalog.clear();
         let mut known = Vec::new();
-        for s in &cp.streams {
+        let mut next_oid = cp.next_oid.max(first_user_oid());
+        let mut streams: Vec<&CheckpointedStream> = cp.streams.iter().collect();
+        streams.sort_by_key(|s| s.def.id);
+        for s in streams {
+            // streams from before OIDs existed get one now, in creation order
+            let mut def = s.def.clone();
+            if def.oid == 0 {
+                def.oid = next_oid;
+                next_oid += 1;
+            }
             let sdir = stream_dir(dir, s.def.id);
             let log = StreamLog::open(
                 &sdir,
                 stream_options(&s.def, default_segment_bytes),
                 &s.position,
             )?;
-            catalog.insert(Arc::new(Stream::new(s.def.clone(), Arc::new(log))));
+            catalog.insert(Arc::new(Stream::new(def, Arc::new(log))));
             known.push(sdir);
         }
         if let Ok(entries) = fs::read_dir(&streams_dir) {
@@ -115,7 +124,7 @@ impl Database {
             }
         }
         Ok(Database {
-            next_oid: cp.next_oid.max(first_user_oid()),
+            next_oid,
             dir: dir.to_path_buf(),
             catalog,
             stats,

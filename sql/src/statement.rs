@@ -401,7 +401,13 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
                 Parsed::Show(name)
             }
         }
-        Statement::Discard { .. } => Parsed::Discard,
+        Statement::Discard { object_type } => match object_type {
+            sqlparser::ast::DiscardObject::ALL => Parsed::Discard,
+            // no cached plans, sequences or temporary objects to drop
+            sqlparser::ast::DiscardObject::PLANS => Parsed::NoOp("DISCARD PLANS"),
+            sqlparser::ast::DiscardObject::SEQUENCES => Parsed::NoOp("DISCARD SEQUENCES"),
+            sqlparser::ast::DiscardObject::TEMP => Parsed::NoOp("DISCARD TEMP"),
+        },
         Statement::Reset(r) => match r.reset {
             sqlparser::ast::Reset::ALL => Parsed::Reset(None),
             sqlparser::ast::Reset::ConfigurationParameter(name) => {

@@ -50,6 +50,18 @@ fn expr_name(e: &Expr) -> String {
             .and_then(|p| p.as_ident())
             .map(statement::normalize_ident)
             .unwrap_or_else(|| "?column?".into()),
+        // the int4 cast Sluice puts around integer literals (system::rewrite)
+        Expr::Cast {
+            expr,
+            data_type: sqlparser::ast::DataType::Int4(None),
+            ..
+        } if !matches!(
+            expr.as_ref(),
+            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Function(_)
+        ) =>
+        {
+            "?column?".into()
+        }
         Expr::Cast {
             expr, data_type, ..
         } => match expr.as_ref() {

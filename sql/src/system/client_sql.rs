@@ -26,7 +26,6 @@ static CATALOG_SQL: LazyLock<PostgresCompatibilityParser> =
 
 static QUERY_RULES: LazyLock<Vec<Box<dyn SqlStatementRewriteRule>>> = LazyLock::new(|| {
     vec![
-        Box::new(rules::AliasDuplicatedProjectionRewrite),
         Box::new(rules::StripCallableQualifier),
         Box::new(rules::CurrentUserVariableToSessionUserFunctionCall),
         Box::new(rules::StripCollate),
@@ -66,30 +65,74 @@ const FRAGMENTS: &[(&str, &str)] = &[
 /// Parse `sql` (already through Sluice's own token rewrite) into statements
 /// DataFusion can plan.
 pub fn parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
-    if reads_catalogs(sql) {
-        let stmts = CATALOG_SQL.parse(&substitute(sql))?;
-        return Ok(stmts
+    let plain = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_statements());
+    match plain {
+        Ok(stmts) if !stmts.iter().any(reads_catalogs) => Ok(stmts
             .into_iter()
-            .map(|s| super::rewrite::PgFunctions.rewrite(s))
-            .map(|s| super::rewrite::CaseSubqueries.rewrite(s))
-            .map(|s| super::rewrite::AggregateScalarSubqueries.rewrite(s))
-            .map(|s| super::rewrite::IntLiterals.rewrite(s))
-            .collect());
+            .map(|s| match s {
+                Statement::Query(_) => QUERY_RULES.iter().fold(s, |s, r| r.rewrite(s)),
+                other => other,
+            })
+            .collect()),
+        // reads the catalogs, or (a client catalog query the crate knows)
+        // does not parse as sent
+        Ok(_) => catalog_parse(sql),
+        Err(e) if mentions_catalogs(sql) => catalog_parse(sql).map_err(|_| e),
+        Err(e) => Err(e),
     }
-    let stmts = Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(sql)?
-        .parse_statements()?;
+}
+
+fn catalog_parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
+    let stmts = CATALOG_SQL.parse(&substitute(sql))?;
     Ok(stmts
         .into_iter()
-        .map(|s| match s {
-            Statement::Query(_) => QUERY_RULES.iter().fold(s, |s, r| r.rewrite(s)),
-            other => other,
-        })
+        .map(|s| super::rewrite::PgFunctions.rewrite(s))
+        .map(|s| super::rewrite::CaseSubqueries.rewrite(s))
+        .map(|s| super::rewrite::AggregateScalarSubqueries.rewrite(s))
+        .map(|s| super::rewrite::IntLiterals.rewrite(s))
         .collect())
 }
 
-/// Whether `sql` reads the system catalogs (`pg_*`, `information_schema`).
-fn reads_catalogs(sql: &str) -> bool {
+/// Whether a statement reads a system catalog relation: anything in
+/// `pg_catalog` or `information_schema`, or an unqualified pg_catalog
+/// relation name.
+fn reads_catalogs(stmt: &Statement) -> bool {
+    use datafusion::sql::sqlparser::ast::{ObjectName, Visit, Visitor};
+    use std::ops::ControlFlow;
+    struct Find(bool);
+    impl Visitor for Find {
+        type Break = ();
+        fn pre_visit_relation(&mut self, name: &ObjectName) -> ControlFlow<()> {
+            let parts: Vec<String> = name
+                .0
+                .iter()
+                .map(|p| p.to_string().trim_matches('"').to_ascii_lowercase())
+                .collect();
+            let hit = match parts.as_slice() {
+                [.., schema, _] => schema == "pg_catalog" || schema == "information_schema",
+                [table] => {
+                    datafusion_pg_catalog::pg_catalog::PG_CATALOG_TABLES.contains(&table.as_str())
+                        || table == "pg_user"
+                }
+                [] => false,
+            };
+            if hit {
+                self.0 = true;
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut f = Find(false);
+    let _ = stmt.visit(&mut f);
+    f.0
+}
+
+/// Whether the text names the catalogs at all (for SQL that only parses
+/// after the crate's whole-query substitutions).
+fn mentions_catalogs(sql: &str) -> bool {
     let b = sql.as_bytes();
     b.windows(3).any(|w| w.eq_ignore_ascii_case(b"pg_"))
         || b.windows(18)

@@ -220,7 +220,10 @@ fn session_functions(
         Volatility::Stable,
         move |args, _| {
             let names = texts(args, 0)?;
-            let missing_ok = args.len() > 1 && args[1].as_boolean().value(0);
+            let missing_ok = args.len() > 1 && {
+                let flags = args[1].as_boolean();
+                !flags.is_empty() && flags.is_valid(0) && flags.value(0)
+            };
             let vars = v.read();
             let mut values = Vec::with_capacity(names.len());
             for n in names {
@@ -232,9 +235,10 @@ fn session_functions(
                     Some(value) => values.push(Some(value.clone())),
                     None if missing_ok => values.push(None),
                     None => {
-                        return Err(DataFusionError::Execution(format!(
-                            "unrecognized configuration parameter \"{n}\""
-                        )))
+                        return Err(DataFusionError::External(Box::new(crate::Error::new(
+                            crate::error::sqlstate::UNDEFINED_OBJECT,
+                            format!("unrecognized configuration parameter \"{n}\""),
+                        ))))
                     }
                 }
             }
@@ -255,7 +259,7 @@ fn session_functions(
                 if let (Some(n), Some(val)) = (n, val) {
                     let name = crate::session::canonical_setting(n);
                     crate::session::validate_setting(&name, val)
-                        .map_err(|e| DataFusionError::Execution(e.message))?;
+                        .map_err(|e| DataFusionError::External(Box::new(e)))?;
                     vars.settings.insert(name, val.clone());
                 }
             }
@@ -458,7 +462,7 @@ fn catalog_functions(type_oids: &Arc<HashMap<String, i32>>) -> Vec<ScalarUDF> {
                         None => b.append_null(),
                         Some(v) => {
                             for e in parse_array_text(&v)
-                                .map_err(|e| DataFusionError::Execution(e.to_string()))?
+                                .map_err(|e| DataFusionError::External(Box::new(e)))?
                             {
                                 b.values().append_option(e);
                             }

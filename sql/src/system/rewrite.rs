@@ -135,7 +135,7 @@ impl VisitorMut for PgFunctionsVisitor {
                 ..
             } => {
                 if let Some(esc) = escape_char.as_ref().and_then(escape_of) {
-                    if esc != '\\' {
+                    if esc != '\\' && literal_pattern(pattern) {
                         let _ = pattern.visit(&mut EscapeToBackslash(esc));
                         *escape_char = None;
                     }
@@ -160,6 +160,21 @@ impl VisitorMut for PgFunctionsVisitor {
             *expr = r;
         }
         ControlFlow::Continue(())
+    }
+}
+
+/// A LIKE pattern made of string literals only (possibly concatenated):
+/// those can be rewritten to backslash escapes; anything computed cannot.
+fn literal_pattern(e: &Expr) -> bool {
+    match e {
+        Expr::Value(v) => matches!(v.value, Value::SingleQuotedString(_)),
+        Expr::BinaryOp {
+            left,
+            op: datafusion::sql::sqlparser::ast::BinaryOperator::StringConcat,
+            right,
+        } => literal_pattern(left) && literal_pattern(right),
+        Expr::Nested(e) => literal_pattern(e),
+        _ => false,
     }
 }
 
@@ -204,8 +219,12 @@ impl VisitorMut for EscapeToBackslash {
 }
 
 /// In a select list, integer literals that fit are `integer` (int4), as in
-/// PostgreSQL, rather than DataFusion's `bigint`: `SELECT 1` is an int4
-/// column named `?column?`.
+/// PostgreSQL, rather than DataFusion's `bigint`: `SELECT 1` and
+/// `SELECT $1::int + 1` are int4 columns. An expression made only of such
+/// literals and int4 casts is computed in bigint and cast to int4 as a
+/// whole, so an overflow is an error (as in PostgreSQL), not a wraparound.
+/// The cast is spelled `INT4`, which naming reads as "no name of its own"
+/// (`?column?`).
 #[derive(Debug)]
 pub struct IntLiterals;
 
@@ -225,21 +244,21 @@ impl VisitorMut for IntLiteralsVisitor {
         &mut self,
         q: &mut datafusion::sql::sqlparser::ast::Query,
     ) -> ControlFlow<()> {
-        use datafusion::sql::sqlparser::ast::{Ident, SelectItem, SetExpr};
+        use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr};
         if let SetExpr::Select(select) = q.body.as_mut() {
             for item in select.projection.iter_mut() {
-                match item {
-                    SelectItem::UnnamedExpr(e) if int4_literal(e) => {
-                        let expr = std::mem::replace(e, Expr::value(Value::Null));
-                        *item = SelectItem::ExprWithAlias {
-                            expr: as_int4(expr),
-                            alias: Ident::with_quote('"', "?column?"),
+                if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item
+                {
+                    if int4_only(e) && has_int4_literal(e) {
+                        let inner = std::mem::replace(e, Expr::value(Value::Null));
+                        *e = Expr::Cast {
+                            kind: datafusion::sql::sqlparser::ast::CastKind::DoubleColon,
+                            expr: Box::new(inner),
+                            data_type: SqlType::Int4(None),
+                            array: false,
+                            format: None,
                         };
                     }
-                    SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                        int4_literals_in(e)
-                    }
-                    _ => {}
                 }
             }
         }
@@ -251,30 +270,33 @@ fn int4_literal(e: &Expr) -> bool {
     matches!(e, Expr::Value(v) if matches!(&v.value, Value::Number(n, false) if n.parse::<i32>().is_ok()))
 }
 
-fn as_int4(e: Expr) -> Expr {
-    Expr::Cast {
-        kind: datafusion::sql::sqlparser::ast::CastKind::DoubleColon,
-        expr: Box::new(e),
-        data_type: SqlType::Integer(None),
-        array: false,
-        format: None,
+/// Integer literals and int4 casts combined with + - * / %.
+fn int4_only(e: &Expr) -> bool {
+    use datafusion::sql::sqlparser::ast::BinaryOperator as B;
+    match e {
+        e if int4_literal(e) => true,
+        Expr::Cast { data_type, .. } => {
+            matches!(
+                data_type,
+                SqlType::Integer(_) | SqlType::Int(_) | SqlType::Int4(_)
+            )
+        }
+        Expr::BinaryOp { left, op, right } => {
+            matches!(op, B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo)
+                && int4_only(left)
+                && int4_only(right)
+        }
+        Expr::UnaryOp { expr, .. } | Expr::Nested(expr) => int4_only(expr),
+        _ => false,
     }
 }
 
-/// Integer literals in arithmetic (not inside function calls, CASE or
-/// subqueries, whose argument types are their own business).
-fn int4_literals_in(e: &mut Expr) {
+fn has_int4_literal(e: &Expr) -> bool {
     match e {
-        e if int4_literal(e) => {
-            let lit = std::mem::replace(e, Expr::value(Value::Null));
-            *e = as_int4(lit);
-        }
-        Expr::BinaryOp { left, right, .. } => {
-            int4_literals_in(left);
-            int4_literals_in(right);
-        }
-        Expr::UnaryOp { expr, .. } | Expr::Nested(expr) => int4_literals_in(expr),
-        _ => {}
+        e if int4_literal(e) => true,
+        Expr::BinaryOp { left, right, .. } => has_int4_literal(left) || has_int4_literal(right),
+        Expr::UnaryOp { expr, .. } | Expr::Nested(expr) => has_int4_literal(expr),
+        _ => false,
     }
 }
 
@@ -305,7 +327,7 @@ impl VisitorMut for AggregateVisitor {
     fn pre_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
         use datafusion::sql::sqlparser::ast::{GroupByExpr, SelectItem, SetExpr};
         if let Expr::Subquery(q) = e {
-            if q.limit_clause.is_some() || q.fetch.is_some() {
+            if q.limit_clause.is_some() || q.fetch.is_some() || q.order_by.is_some() {
                 return ControlFlow::Continue(());
             }
             if let SetExpr::Select(select) = q.body.as_mut() {
@@ -317,7 +339,7 @@ impl VisitorMut for AggregateVisitor {
                 if let SelectItem::UnnamedExpr(inner)
                 | SelectItem::ExprWithAlias { expr: inner, .. } = &mut select.projection[0]
                 {
-                    if !is_aggregate(inner) {
+                    if !contains_aggregate(inner) {
                         if let Some(agg) = parse_expr(&format!("max({inner})")) {
                             *inner = agg;
                         }
@@ -435,6 +457,23 @@ fn is_correlated(q: &datafusion::sql::sqlparser::ast::Query) -> bool {
     let mut outer = Outer(&local, false);
     let _ = q.visit(&mut outer);
     outer.1
+}
+
+fn contains_aggregate(e: &Expr) -> bool {
+    use datafusion::sql::sqlparser::ast::{Visit, Visitor};
+    struct Find(bool);
+    impl Visitor for Find {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+            if is_aggregate(e) || matches!(e, Expr::Function(f) if f.over.is_some()) {
+                self.0 = true;
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut f = Find(false);
+    let _ = e.visit(&mut f);
+    f.0
 }
 
 fn is_aggregate(e: &Expr) -> bool {
