@@ -451,6 +451,25 @@ fn catalog_functions(type_oids: &Arc<HashMap<String, i32>>) -> Vec<ScalarUDF> {
         // No column is backed by a sequence.
         always_null("pg_get_serial_sequence", TypeSignature::Any(2)),
         udf(
+            "pg_like_escape",
+            TypeSignature::Exact(vec![DataType::Utf8, DataType::Utf8]),
+            DataType::Utf8,
+            Volatility::Immutable,
+            |args, _| {
+                let patterns = texts(args, 0)?;
+                let escapes = texts(args, 1)?;
+                Ok(Arc::new(StringArray::from_iter(
+                    patterns.iter().zip(&escapes).map(|(p, e)| {
+                        let p = p.as_deref()?;
+                        Some(match e.as_deref().and_then(|e| e.chars().next()) {
+                            Some(esc) => super::rewrite::like_to_backslash(p, esc),
+                            None => p.to_string(),
+                        })
+                    }),
+                )))
+            },
+        ),
+        udf(
             "pg_array_in",
             TypeSignature::Exact(vec![DataType::Utf8]),
             text_list.clone(),

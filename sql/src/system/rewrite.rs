@@ -135,9 +135,18 @@ impl VisitorMut for PgFunctionsVisitor {
                 ..
             } => {
                 if let Some(esc) = escape_char.as_ref().and_then(escape_of) {
-                    if esc != '\\' && literal_pattern(pattern) {
-                        let _ = pattern.visit(&mut EscapeToBackslash(esc));
-                        *escape_char = None;
+                    if esc != '\\' {
+                        if literal_pattern(pattern) {
+                            let _ = pattern.visit(&mut EscapeToBackslash(esc));
+                            *escape_char = None;
+                        } else if let Some(p) = parse_expr(&format!(
+                            "pg_like_escape({pattern}, '{}')",
+                            esc.to_string().replace('\'', "''")
+                        )) {
+                            // a computed pattern is converted when it is known
+                            **pattern = p;
+                            *escape_char = None;
+                        }
                     }
                 }
                 None
@@ -186,6 +195,26 @@ fn escape_of(v: &datafusion::sql::sqlparser::ast::ValueWithSpan) -> Option<char>
     }
 }
 
+/// A LIKE pattern written with escape character `esc`, rewritten to use
+/// backslash (the only escape DataFusion accepts).
+pub(crate) fn like_to_backslash(pattern: &str, esc: char) -> String {
+    let mut out = String::with_capacity(pattern.len() + 2);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c == esc {
+            out.push('\\');
+            if let Some(next) = chars.next() {
+                out.push(next);
+            }
+        } else if c == '\\' {
+            out.push_str("\\\\");
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Rewrites string literals of a LIKE pattern from escape character `.0`
 /// to backslash, the only one DataFusion accepts.
 struct EscapeToBackslash(char);
@@ -198,21 +227,7 @@ impl VisitorMut for EscapeToBackslash {
         v: &mut datafusion::sql::sqlparser::ast::ValueWithSpan,
     ) -> ControlFlow<()> {
         if let Value::SingleQuotedString(s) = &mut v.value {
-            let mut out = String::with_capacity(s.len() + 2);
-            let mut chars = s.chars();
-            while let Some(c) = chars.next() {
-                if c == self.0 {
-                    out.push('\\');
-                    if let Some(next) = chars.next() {
-                        out.push(next);
-                    }
-                } else if c == '\\' {
-                    out.push_str("\\\\");
-                } else {
-                    out.push(c);
-                }
-            }
-            *s = out;
+            *s = like_to_backslash(s, self.0);
         }
         ControlFlow::Continue(())
     }
