@@ -720,25 +720,10 @@ impl ExtendedQueryHandler for Backend {
             let entry = client.portal_store().get_statement(name);
             if let Some(stored) = entry.as_ref().and_then(|e| e.value()) {
                 if stored.statement.desc.schema.is_none() {
-                    let params: Vec<Type> =
-                        (0..stored
-                            .parameter_types
-                            .len()
-                            .max(stored.statement.desc.params.len()))
-                            .map(|i| {
-                                stored
-                                    .parameter_types
-                                    .get(i)
-                                    .cloned()
-                                    .flatten()
-                                    .or_else(|| {
-                                        stored.statement.desc.params.get(i).map(|t| {
-                                            t.map(|t| pg_type(t.oid())).unwrap_or(Type::TEXT)
-                                        })
-                                    })
-                                    .unwrap_or(Type::UNKNOWN)
-                            })
-                            .collect();
+                    // pgwire's own answer (client-given types win), sent
+                    // with NoData
+                    let resp = self.do_describe_statement(client, stored).await?;
+                    let params = resp.parameters;
                     client
                         .send(PgWireBackendMessage::ParameterDescription(
                             pgwire::messages::data::ParameterDescription::new(

@@ -295,14 +295,14 @@ impl Session {
     /// first error (whose result is the last element).
     pub async fn simple_query(&mut self, sql: &str) -> Vec<Result<Output>> {
         if sql.len() > self.engine.limits.max_statement_bytes {
-            return vec![Err(self.fail(statement_too_long(
+            return vec![Err(self.fail_block(statement_too_long(
                 sql.len(),
                 self.engine.limits.max_statement_bytes,
             )))];
         }
         let parsed = match statement::parse(sql) {
             Ok(p) => p,
-            Err(e) => return vec![Err(self.fail(e))],
+            Err(e) => return vec![Err(self.fail_block(e))],
         };
         let mut out = Vec::with_capacity(parsed.len());
         for p in &parsed {
@@ -327,17 +327,12 @@ impl Session {
             ));
         }
         let r = self.execute_inner(p, params).await;
-        r.map_err(|e| self.fail(e))
+        r.map_err(|e| self.fail_block(e))
     }
 
-    /// Record a failure outside `execute` (e.g. at Parse): inside a block
-    /// the block is now aborted.
+    /// Record a failure (in `execute`, or outside it such as at Parse):
+    /// inside a block the block is now aborted.
     pub fn fail_block(&mut self, e: Error) -> Error {
-        self.fail(e)
-    }
-
-    /// Record a failure: inside a block the block is now aborted.
-    fn fail(&mut self, e: Error) -> Error {
         self.txn = match std::mem::replace(&mut self.txn, Txn::Idle) {
             Txn::Block(b) => Txn::Failed(b),
             other => other,
@@ -993,7 +988,7 @@ impl Session {
     /// Parse COPY data and append it as one command (or into the block).
     pub async fn finish_copy(&mut self, copy: PendingCopy, data: &[u8]) -> Result<Output> {
         let r = self.finish_copy_inner(copy, data).await;
-        r.map_err(|e| self.fail(e))
+        r.map_err(|e| self.fail_block(e))
     }
 
     async fn finish_copy_inner(&mut self, copy: PendingCopy, data: &[u8]) -> Result<Output> {

@@ -2,9 +2,7 @@
 of every type over the simple protocol, SQLSTATEs, the implicit BEGIN of its
 default (non-autocommit) mode, and `connection.reset()`."""
 
-from datetime import date, datetime, timezone
 from decimal import Decimal
-from uuid import UUID
 
 import psycopg2
 import psycopg2.errors
@@ -12,34 +10,14 @@ import psycopg2.extensions
 import psycopg2.extras
 import pytest
 from psycopg2.extras import Json
+from typed_rows import (COLUMNS, EDGES_BACK, FULL_BACK, NULLS, TYPED_DDL, edges,
+                        full)
 
-TYPED_DDL = (
-    "CREATE STREAM typed (flag boolean, i2 smallint, i4 integer, i8 bigint, f4 real, "
-    "f8 double precision, num numeric(10,3), txt text, vc varchar(5), bin bytea, "
-    "tstz timestamptz, tsp timestamp, day date, doc json, docb jsonb, id uuid)"
-)
-COLUMNS = ["flag", "i2", "i4", "i8", "f4", "f8", "num", "txt", "vc", "bin",
-           "tstz", "tsp", "day", "doc", "docb", "id"]
 INSERT = f"INSERT INTO typed ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * 16)})"
 SELECT = f"SELECT offset, {', '.join(COLUMNS)} FROM typed ORDER BY offset"
 
-UTC = timezone.utc
-FULL = (True, 12, 345, 6789012345, 1.5, 2.25, Decimal("12.5"), "hello world", "abc",
-        b"\xde\xad\xbe\xef", datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC),
-        datetime(2024, 1, 2, 3, 4, 5), date(2024, 2, 29), Json({"a": [1, 2]}),
-        Json({"b": 2, "a": 1}), UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"))
-FULL_BACK = (True, 12, 345, 6789012345, 1.5, 2.25, Decimal("12.500"), "hello world", "abc",
-             b"\xde\xad\xbe\xef", datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC),
-             datetime(2024, 1, 2, 3, 4, 5), date(2024, 2, 29), {"a": [1, 2]},
-             {"a": 1, "b": 2}, UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"))
-EDGES = (False, -32768, -2147483648, 2**63 - 1, -0.25, 0.1, Decimal("-0.001"), "", "abcde",
-         b"", datetime(1970, 1, 1, tzinfo=UTC), datetime(1999, 12, 31, 23, 59, 59, 500000),
-         date(1970, 1, 1), Json([]), Json({"nested": {"k": None}}), UUID(int=0))
-EDGES_BACK = (False, -32768, -2147483648, 2**63 - 1, -0.25, 0.1, Decimal("-0.001"), "",
-              "abcde", b"", datetime(1970, 1, 1, tzinfo=UTC),
-              datetime(1999, 12, 31, 23, 59, 59, 500000), date(1970, 1, 1), [],
-              {"nested": {"k": None}}, UUID(int=0))
-NULLS = (None,) * 16
+FULL = full(Json, Json)
+EDGES = edges(Json, Json)
 ORDERS_DDL = "CREATE STREAM orders (customer text NOT NULL, amount numeric(12,2), note text)"
 
 

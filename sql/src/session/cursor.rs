@@ -182,7 +182,7 @@ impl Session {
                 return Ok(None);
             };
             let tail = self.start_tail(spec, params).await;
-            let tail = tail.map_err(|e| self.fail(e))?;
+            let tail = tail.map_err(|e| self.fail_block(e))?;
             if self.portal_tails.len() >= MAX_PORTAL_TAILS {
                 self.portal_tails.clear();
             }
@@ -196,7 +196,7 @@ impl Session {
         let batches = fetch_tail(tail, max_rows.max(1), wait, &mut cancel).await;
         let schema = tail.schema();
         let more = !tail.finished();
-        let batches = batches.map_err(|e| self.fail(e))?;
+        let batches = batches.map_err(|e| self.fail_block(e))?;
         Ok(Some((schema, batches, more)))
     }
 

@@ -58,27 +58,21 @@ pub(super) fn register(
     }
     ctx.register_udtf("pg_get_keywords", static_tables.pg_get_keywords.clone());
     {
+        // oid-alias type names (regclass, ...) and untyped 't'/'f' compared
+        // with booleans, in one rebuild of the session state
         use datafusion::execution::session_state::SessionStateBuilder;
+        let mut rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> =
+            vec![Arc::new(super::rewrite::BoolLiterals)];
+        rules.extend(datafusion::optimizer::Analyzer::new().rules);
         let state = ctx.state_ref();
         let existing = state.read().clone();
         let new_state = SessionStateBuilder::new_from_existing(existing)
             .with_type_planner(Arc::new(crate_fns::oid_type_planner::PgOidTypePlanner))
-            .build();
-        *state.write() = new_state;
-    }
-    crate_fns::generate_series_arg_coercion::CoerceIntArgsToBigInt::widen(ctx);
-    {
-        use datafusion::execution::session_state::SessionStateBuilder;
-        let state = ctx.state_ref();
-        let existing = state.read().clone();
-        let mut rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> =
-            vec![Arc::new(super::rewrite::BoolLiterals)];
-        rules.extend(datafusion::optimizer::Analyzer::new().rules);
-        let new_state = SessionStateBuilder::new_from_existing(existing)
             .with_analyzer_rules(rules)
             .build();
         *state.write() = new_state;
     }
+    crate_fns::generate_series_arg_coercion::CoerceIntArgsToBigInt::widen(ctx);
 
     for udf in catalog_functions(type_oids) {
         ctx.register_udf(udf);

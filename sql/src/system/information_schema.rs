@@ -76,20 +76,15 @@ impl SchemaProvider for InformationSchema {
 }
 
 fn schemata(db: &str, user: &str) -> DFResult<Arc<dyn TableProvider>> {
-    let mut t = TableBuilder::new(
-        [
-            "catalog_name",
-            "schema_name",
-            "schema_owner",
-            "default_character_set_catalog",
-            "default_character_set_schema",
-            "default_character_set_name",
-            "sql_path",
-        ]
-        .iter()
-        .map(|n| text(n))
-        .collect(),
-    );
+    let mut t = TableBuilder::new(text_fields(&[
+        "catalog_name",
+        "schema_name",
+        "schema_owner",
+        "default_character_set_catalog",
+        "default_character_set_schema",
+        "default_character_set_name",
+        "sql_path",
+    ]));
     for (_, name) in namespaces() {
         t.row(vec![
             s(db),
@@ -105,25 +100,20 @@ fn schemata(db: &str, user: &str) -> DFResult<Arc<dyn TableProvider>> {
 }
 
 fn tables(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
-    let mut t = TableBuilder::new(
-        [
-            "table_catalog",
-            "table_schema",
-            "table_name",
-            "table_type",
-            "self_referencing_column_name",
-            "reference_generation",
-            "user_defined_type_catalog",
-            "user_defined_type_schema",
-            "user_defined_type_name",
-            "is_insertable_into",
-            "is_typed",
-            "commit_action",
-        ]
-        .iter()
-        .map(|n| text(n))
-        .collect(),
-    );
+    let mut t = TableBuilder::new(text_fields(&[
+        "table_catalog",
+        "table_schema",
+        "table_name",
+        "table_type",
+        "self_referencing_column_name",
+        "reference_generation",
+        "user_defined_type_catalog",
+        "user_defined_type_schema",
+        "user_defined_type_name",
+        "is_insertable_into",
+        "is_typed",
+        "commit_action",
+    ]));
     for r in rels {
         let table = r.kind == "r";
         t.row(vec![
@@ -144,26 +134,14 @@ fn tables(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
     t.build()
 }
 
-/// information_schema's spelling of a type (no typmod).
-fn data_type(ty: &ColumnType) -> &'static str {
+/// information_schema's spelling of a type: its SQL name without typmod.
+fn data_type(ty: &ColumnType) -> String {
     match ty {
-        ColumnType::Bool => "boolean",
-        ColumnType::Int2 => "smallint",
-        ColumnType::Int4 => "integer",
-        ColumnType::Int8 => "bigint",
-        ColumnType::Float4 => "real",
-        ColumnType::Float8 => "double precision",
-        ColumnType::Numeric(_) => "numeric",
-        ColumnType::Text => "text",
-        ColumnType::Varchar(_) => "character varying",
-        ColumnType::Bytea => "bytea",
-        ColumnType::Timestamptz => "timestamp with time zone",
-        ColumnType::Timestamp => "timestamp without time zone",
-        ColumnType::Date => "date",
-        ColumnType::Json => "json",
-        ColumnType::Jsonb => "jsonb",
-        ColumnType::Uuid => "uuid",
+        ColumnType::Numeric(_) => ColumnType::Numeric(None),
+        ColumnType::Varchar(_) => ColumnType::Varchar(None),
+        t => *t,
     }
+    .sql_name()
 }
 
 /// (numeric_precision, numeric_precision_radix, numeric_scale, datetime_precision)
@@ -184,7 +162,7 @@ fn precision(ty: &ColumnType) -> [Option<i32>; 4] {
 
 fn columns(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
     let names = ["table_catalog", "table_schema", "table_name", "column_name"];
-    let mut fields: Vec<Field> = names.iter().map(|n| text(n)).collect();
+    let mut fields = text_fields(&names);
     fields.push(int4("ordinal_position"));
     fields.push(text("column_default"));
     fields.push(text("is_nullable"));
@@ -201,42 +179,38 @@ fn columns(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
         .iter()
         .map(|n| int4(n)),
     );
-    fields.extend(
-        [
-            "interval_type",
-            "interval_precision",
-            "character_set_catalog",
-            "character_set_schema",
-            "character_set_name",
-            "collation_catalog",
-            "collation_schema",
-            "collation_name",
-            "domain_catalog",
-            "domain_schema",
-            "domain_name",
-            "udt_catalog",
-            "udt_schema",
-            "udt_name",
-            "scope_catalog",
-            "scope_schema",
-            "scope_name",
-            "maximum_cardinality",
-            "dtd_identifier",
-            "is_self_referencing",
-            "is_identity",
-            "identity_generation",
-            "identity_start",
-            "identity_increment",
-            "identity_maximum",
-            "identity_minimum",
-            "identity_cycle",
-            "is_generated",
-            "generation_expression",
-            "is_updatable",
-        ]
-        .iter()
-        .map(|n| text(n)),
-    );
+    fields.extend(text_fields(&[
+        "interval_type",
+        "interval_precision",
+        "character_set_catalog",
+        "character_set_schema",
+        "character_set_name",
+        "collation_catalog",
+        "collation_schema",
+        "collation_name",
+        "domain_catalog",
+        "domain_schema",
+        "domain_name",
+        "udt_catalog",
+        "udt_schema",
+        "udt_name",
+        "scope_catalog",
+        "scope_schema",
+        "scope_name",
+        "maximum_cardinality",
+        "dtd_identifier",
+        "is_self_referencing",
+        "is_identity",
+        "identity_generation",
+        "identity_start",
+        "identity_increment",
+        "identity_maximum",
+        "identity_minimum",
+        "identity_cycle",
+        "is_generated",
+        "generation_expression",
+        "is_updatable",
+    ]));
     let mut t = TableBuilder::new(fields);
     for r in rels {
         for (i, c) in r.columns.iter().enumerate() {
@@ -282,23 +256,18 @@ fn columns(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
 }
 
 fn views(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
-    let mut t = TableBuilder::new(
-        [
-            "table_catalog",
-            "table_schema",
-            "table_name",
-            "view_definition",
-            "check_option",
-            "is_updatable",
-            "is_insertable_into",
-            "is_trigger_updatable",
-            "is_trigger_deletable",
-            "is_trigger_insertable_into",
-        ]
-        .iter()
-        .map(|n| text(n))
-        .collect(),
-    );
+    let mut t = TableBuilder::new(text_fields(&[
+        "table_catalog",
+        "table_schema",
+        "table_name",
+        "view_definition",
+        "check_option",
+        "is_updatable",
+        "is_insertable_into",
+        "is_trigger_updatable",
+        "is_trigger_deletable",
+        "is_trigger_insertable_into",
+    ]));
     for r in rels.iter().filter(|r| r.kind == "v") {
         t.row(vec![
             s(db),
@@ -317,21 +286,16 @@ fn views(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
 }
 
 fn table_privileges(db: &str, user: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
-    let mut t = TableBuilder::new(
-        [
-            "grantor",
-            "grantee",
-            "table_catalog",
-            "table_schema",
-            "table_name",
-            "privilege_type",
-            "is_grantable",
-            "with_hierarchy",
-        ]
-        .iter()
-        .map(|n| text(n))
-        .collect(),
-    );
+    let mut t = TableBuilder::new(text_fields(&[
+        "grantor",
+        "grantee",
+        "table_catalog",
+        "table_schema",
+        "table_name",
+        "privilege_type",
+        "is_grantable",
+        "with_hierarchy",
+    ]));
     for r in rels {
         let privileges: &[&str] = if r.kind == "r" {
             &["INSERT", "SELECT", "DELETE", "TRUNCATE"]
@@ -355,21 +319,16 @@ fn table_privileges(db: &str, user: &str, rels: &[Relation]) -> DFResult<Arc<dyn
 }
 
 fn character_sets(db: &str) -> DFResult<Arc<dyn TableProvider>> {
-    let mut t = TableBuilder::new(
-        [
-            "character_set_catalog",
-            "character_set_schema",
-            "character_set_name",
-            "character_repertoire",
-            "form_of_use",
-            "default_collate_catalog",
-            "default_collate_schema",
-            "default_collate_name",
-        ]
-        .iter()
-        .map(|n| text(n))
-        .collect(),
-    );
+    let mut t = TableBuilder::new(text_fields(&[
+        "character_set_catalog",
+        "character_set_schema",
+        "character_set_name",
+        "character_repertoire",
+        "form_of_use",
+        "default_collate_catalog",
+        "default_collate_schema",
+        "default_collate_name",
+    ]));
     t.row(vec![
         null_s(),
         null_s(),

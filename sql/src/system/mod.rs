@@ -237,6 +237,10 @@ impl TableBuilder {
 pub(crate) fn text(name: &str) -> Field {
     Field::new(name, DataType::Utf8, true)
 }
+/// Text columns, in order.
+pub(crate) fn text_fields(names: &[&str]) -> Vec<Field> {
+    names.iter().map(|n| text(n)).collect()
+}
 pub(crate) fn int4(name: &str) -> Field {
     Field::new(name, DataType::Int32, true)
 }

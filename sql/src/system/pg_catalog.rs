@@ -395,7 +395,7 @@ fn pg_settings(
         "min_val",
         "max_val",
     ];
-    let mut fields: Vec<Field> = names.iter().map(|n| text(n)).collect();
+    let mut fields = text_fields(&names);
     fields.extend([
         text_array("enumvals"),
         text("boot_val"),
