@@ -44,6 +44,9 @@ pub struct ServeArgs {
     /// Segment file size at which a stream rolls over [default: 67108864]
     #[arg(long)]
     pub segment_bytes: Option<u64>,
+    /// Applied log entries between checkpoints of the state machine [default: 20000]
+    #[arg(long)]
+    pub checkpoint_entries: Option<u64>,
     /// TEST ONLY: make every Raft-log fsync take this many extra milliseconds
     #[arg(long, hide = true)]
     pub test_fsync_delay_ms: Option<u64>,
@@ -61,6 +64,7 @@ struct FileConfig {
     max_row_bytes: Option<usize>,
     max_statement_bytes: Option<usize>,
     segment_bytes: Option<u64>,
+    checkpoint_entries: Option<u64>,
 }
 
 /// The resolved configuration.
@@ -74,6 +78,7 @@ pub struct Config {
     pub max_row_bytes: usize,
     pub max_statement_bytes: usize,
     pub segment_bytes: u64,
+    pub checkpoint_entries: u64,
     pub fsync_delay: Option<Duration>,
 }
 
@@ -128,6 +133,11 @@ impl Config {
                 .or(file.segment_bytes)
                 .unwrap_or(64 << 20)
                 .max(4096),
+            checkpoint_entries: args
+                .checkpoint_entries
+                .or(file.checkpoint_entries)
+                .unwrap_or(20_000)
+                .max(1),
             fsync_delay: args.test_fsync_delay_ms.map(Duration::from_millis),
         })
     }

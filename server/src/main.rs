@@ -82,6 +82,7 @@ async fn serve(config: Config) -> Result<(), String> {
     engine_config.node.voters = vec![config.node_id];
     engine_config.node.fsync_delay = config.fsync_delay;
     engine_config.segment_bytes = config.segment_bytes;
+    engine_config.node.checkpoint_entries = config.checkpoint_entries;
     engine_config.limits = Limits {
         max_row_bytes: config.max_row_bytes,
         max_statement_bytes: config.max_statement_bytes,

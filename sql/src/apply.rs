@@ -7,17 +7,23 @@
 //!   `next_offset`, `ts` from the command's proposed time.
 //! - A command's ops are validated in full before any is applied, so a
 //!   deterministic error leaves no trace (all or nothing).
-//! - `checkpoint.json` records the applied index together with every
-//!   stream's definition and durable position, written atomically (tmp,
-//!   fsync, rename, fsync dir) after the stream files are fsynced. On
-//!   restart, everything after the checkpoint is discarded from the stream
-//!   files and replayed from the Raft log, so nothing is applied twice.
+//! - The checkpoint record holds the applied index together with every
+//!   stream's definition and durable position and every table's definition
+//!   and versions. It is written after the stream files are fsynced, in the
+//!   same durable redb transaction that writes the table rows changed since
+//!   the previous checkpoint (see [`crate::table::store`]). On restart,
+//!   everything after the checkpoint is discarded from the stream files (and
+//!   was never written to the table file) and is replayed from the Raft log,
+//!   so nothing is applied twice or half. (Data directories from before
+//!   tables kept the record in `checkpoint.json`; it is read once.)
+//! - Table writes are validated with the rest of the command: a read that
+//!   changed since the transaction's snapshot (40001), a duplicate key
+//!   (23505) or a dropped table fails the whole command.
 //! - Dropping or truncating a stream checkpoints before deleting files, so
 //!   a recovered checkpoint never points at a deleted segment.
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,9 +35,16 @@ use sluice_storage::{StreamCheckpoint, StreamLog, StreamLogOptions};
 use crate::catalog::{Catalog, Stream, StreamDef};
 use crate::command::{op, Command, CommandResult, OpOutcome};
 use crate::error::{sqlstate, Error};
+use crate::table::store::{TableStore, TableVersions, Write};
+use crate::table::{write_kind, Table, TableDef, CONSUMER_OFFSETS};
 
-const CHECKPOINT_FILE: &str = "checkpoint.json";
+/// Where checkpoints were kept before tables (read once, then removed).
+const LEGACY_CHECKPOINT_FILE: &str = "checkpoint.json";
 const STREAMS_DIR: &str = "streams";
+const TABLES_FILE: &str = "tables.redb";
+/// Table changes held in memory between checkpoints; beyond this the state
+/// machine checkpoints early.
+const MAX_TABLE_DELTA_BYTES: usize = 64 << 20;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct CheckpointFile {
@@ -40,6 +53,11 @@ struct CheckpointFile {
     #[serde(default = "first_user_oid")]
     next_oid: u32,
     streams: Vec<CheckpointedStream>,
+    /// User tables (the built-in ones are defined in code).
+    #[serde(default)]
+    tables: Vec<TableDef>,
+    #[serde(default)]
+    table_versions: Vec<(u64, TableVersions)>,
 }
 
 /// PostgreSQL's first OID for user objects.
@@ -71,6 +89,9 @@ pub struct Database {
     checkpointed: u64,
     default_segment_bytes: u64,
     next_oid: u32,
+    tables: Arc<TableStore>,
+    /// Tables dropped since the last checkpoint (their rows go at the next).
+    dropped_tables: Vec<u64>,
 }
 
 impl Database {
@@ -86,14 +107,24 @@ impl Database {
         let streams_dir = dir.join(STREAMS_DIR);
         fs::create_dir_all(&streams_dir)
             .map_err(|e| Error::io(format!("{}: {e}", streams_dir.display())))?;
-        let cp_path = dir.join(CHECKPOINT_FILE);
-        let cp: CheckpointFile = match fs::read(&cp_path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| Error::io(format!("unreadable {}: {e}", cp_path.display())))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => CheckpointFile::default(),
-            Err(e) => return Err(Error::io(format!("{}: {e}", cp_path.display()))),
+        let (tables, record) = TableStore::open(&dir.join(TABLES_FILE))?;
+        let cp_path = dir.join(LEGACY_CHECKPOINT_FILE);
+        let cp: CheckpointFile = match record {
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| Error::io(format!("unreadable checkpoint record: {e}")))?,
+            None => match fs::read(&cp_path) {
+                Ok(bytes) => serde_json::from_slice(&bytes)
+                    .map_err(|e| Error::io(format!("unreadable {}: {e}", cp_path.display())))?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => CheckpointFile::default(),
+                Err(e) => return Err(Error::io(format!("{}: {e}", cp_path.display()))),
+            },
         };
         catalog.clear();
+        catalog.insert_table(Arc::new(Table::new(TableDef::consumer_offsets())));
+        for def in &cp.tables {
+            catalog.insert_table(Arc::new(Table::new(def.clone())));
+        }
+        tables.restore(cp.applied_index, cp.table_versions.iter().copied());
         let mut known = Vec::new();
         let mut next_oid = cp.next_oid.max(first_user_oid());
         let mut streams: Vec<&CheckpointedStream> = cp.streams.iter().collect();
@@ -124,6 +155,8 @@ impl Database {
             }
         }
         Ok(Database {
+            tables: Arc::new(tables),
+            dropped_tables: Vec::new(),
             next_oid,
             dir: dir.to_path_buf(),
             catalog,
@@ -134,7 +167,42 @@ impl Database {
         })
     }
 
+    /// Drop dedup index entries no append can match any more (older than
+    /// the window before the stream's last commit time; commit times never
+    /// decrease). Outcomes don't change: an expired entry counts as absent.
+    fn prune_dedup(&self) -> Result<(), String> {
+        let snap = self.tables.snapshot();
+        let mut writes = Vec::new();
+        for s in self.catalog.list() {
+            if s.def.options.dedup_key.is_none() {
+                continue;
+            }
+            let window = s
+                .def
+                .options
+                .dedup_window_ms
+                .unwrap_or(DEFAULT_DEDUP_WINDOW_MS) as i64
+                * 1000;
+            let horizon = s.next_ts(i64::MIN).saturating_sub(window);
+            let id = dedup_table_id(s.def.id);
+            for (key, v) in snap.scan(id).map_err(|e| e.to_string())? {
+                if decode_dedup(&v.row).is_some_and(|(_, ts)| ts < horizon) {
+                    writes.push(Write {
+                        table: id,
+                        key,
+                        row: None,
+                    });
+                }
+            }
+        }
+        if !writes.is_empty() {
+            self.tables.apply(self.applied, writes);
+        }
+        Ok(())
+    }
+
     fn write_checkpoint(&mut self, index: u64) -> Result<u64, String> {
+        self.prune_dedup()?;
         let mut streams = Vec::new();
         for s in self.catalog.list() {
             let position = s.log.sync().map_err(|e| e.to_string())?;
@@ -147,29 +215,242 @@ impl Database {
             applied_index: index,
             next_oid: self.next_oid,
             streams,
+            tables: self
+                .catalog
+                .tables()
+                .iter()
+                .filter(|t| t.def.name != CONSUMER_OFFSETS)
+                .map(|t| t.def.clone())
+                .collect(),
+            table_versions: self.tables.versions(),
         };
-        let bytes = serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?;
-        let tmp = self.dir.join(format!("{CHECKPOINT_FILE}.tmp"));
-        let write = || -> std::io::Result<()> {
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            fs::rename(&tmp, self.dir.join(CHECKPOINT_FILE))?;
-            fs::File::open(&self.dir)?.sync_all()
-        };
-        write().map_err(|e| format!("writing checkpoint in {}: {e}", self.dir.display()))?;
+        let bytes = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
+        self.tables
+            .checkpoint(index, &bytes, &self.dropped_tables)
+            .map_err(|e| format!("writing checkpoint in {}: {e}", self.dir.display()))?;
+        self.dropped_tables.clear();
+        let legacy = self.dir.join(LEGACY_CHECKPOINT_FILE);
+        if legacy.exists() {
+            fs::remove_file(&legacy).map_err(|e| format!("{}: {e}", legacy.display()))?;
+        }
         self.checkpointed = index;
         Ok(index)
     }
 
+    /// Decide, before anything is applied, which rows of appends to
+    /// streams with a `dedup_key` are duplicates: of a row appended within
+    /// `dedup_window` before this command's commit time (the dedup index
+    /// lives in the table store, so it is checkpointed and replicated like
+    /// a table), or of an earlier row of the same command. Keyed by op.
+    fn plan_dedup(&self, cmd: &Command) -> Result<HashMap<usize, DedupPlan>, Error> {
+        let mut plans = HashMap::new();
+        let mut snap = None;
+        // per stream: next offset and rows kept so far in this command
+        let mut next: HashMap<u64, u64> = HashMap::new();
+        let mut seen: HashMap<(u64, Vec<u8>), (u64, i64)> = HashMap::new();
+        for (i, o) in cmd.ops.iter().enumerate() {
+            let Some(op::Kind::Append(a)) = &o.kind else {
+                continue;
+            };
+            let Some(stream) = self.catalog.get(&a.stream) else {
+                continue;
+            };
+            let Some(key_col) = stream.def.options.dedup_key.as_ref() else {
+                continue;
+            };
+            let Some(col) = stream.def.columns.iter().position(|c| &c.name == key_col) else {
+                continue;
+            };
+            let window = stream
+                .def
+                .options
+                .dedup_window_ms
+                .unwrap_or(DEFAULT_DEDUP_WINDOW_MS) as i64
+                * 1000;
+            let snap = snap.get_or_insert_with(|| self.tables.snapshot());
+            let batch = crate::insert::decode_ipc(&a.ipc)?;
+            let ts = stream.next_ts(cmd.ts_micros);
+            let id = dedup_table_id(stream.def.id);
+            let first = *next
+                .entry(stream.def.id)
+                .or_insert_with(|| stream.log.next_offset());
+            let mut offset = first;
+            let mut keep = Vec::with_capacity(batch.num_rows());
+            let mut row_offsets = Vec::with_capacity(batch.num_rows());
+            let mut entries = Vec::new();
+            let keys = batch.column(col);
+            for r in 0..batch.num_rows() {
+                let v = datafusion::scalar::ScalarValue::try_from_array(keys, r)
+                    .map_err(|e| Error::internal(e.to_string()))?;
+                if v.is_null() {
+                    keep.push(true);
+                    row_offsets.push((offset, ts));
+                    offset += 1;
+                    continue;
+                }
+                let key = crate::table::codec::encode_key(&[&v])?;
+                let earlier = match seen.get(&(id, key.clone())) {
+                    Some(e) => Some(*e),
+                    None => snap.get(id, &key)?.and_then(|e| decode_dedup(&e.row)),
+                };
+                match earlier {
+                    Some((off, at)) if at >= ts - window => {
+                        keep.push(false);
+                        row_offsets.push((off, at));
+                    }
+                    _ => {
+                        keep.push(true);
+                        row_offsets.push((offset, ts));
+                        seen.insert((id, key.clone()), (offset, ts));
+                        let mut row = Vec::with_capacity(16);
+                        row.extend(offset.to_le_bytes());
+                        row.extend(ts.to_le_bytes());
+                        entries.push(Write {
+                            table: id,
+                            key,
+                            row: Some(Arc::from(row.as_slice())),
+                        });
+                        offset += 1;
+                    }
+                }
+            }
+            next.insert(stream.def.id, offset);
+            let kept = (offset - first) as u32;
+            let ipc = if kept as usize == batch.num_rows() {
+                None
+            } else if kept == 0 {
+                Some(Vec::new())
+            } else {
+                let mask = arrow::array::BooleanArray::from(keep);
+                let filtered = arrow::compute::filter_record_batch(&batch, &mask)
+                    .map_err(|e| Error::internal(e.to_string()))?;
+                Some(crate::insert::encode_ipc(&filtered)?)
+            };
+            plans.insert(
+                i,
+                DedupPlan {
+                    ipc,
+                    rows: kept,
+                    first_offset: first,
+                    row_offsets,
+                    entries,
+                },
+            );
+        }
+        Ok(plans)
+    }
+
+    /// The table store, for sessions to read.
+    pub fn table_store(&self) -> Arc<TableStore> {
+        self.tables.clone()
+    }
+
+    /// Validate the table part of a command (its reads, then its writes in
+    /// order) against the current state, and return the row changes.
+    fn plan_table_writes(&self, cmd: &Command) -> Result<Vec<Write>, Error> {
+        let writes_tables = cmd
+            .ops
+            .iter()
+            .any(|o| matches!(o.kind, Some(op::Kind::TableWrite(_))));
+        if !writes_tables && cmd.reads.is_empty() {
+            return Ok(Vec::new());
+        }
+        let conflict = || {
+            let mut e = Error::new(
+                sqlstate::SERIALIZATION_FAILURE,
+                "could not serialize access due to read/write dependencies among transactions",
+            );
+            e.detail = Some(
+                "Rows this transaction read were changed by a transaction that committed after it started."
+                    .into(),
+            );
+            e
+        };
+        let snap = self.tables.snapshot();
+        for r in &cmd.reads {
+            if self.catalog.table_by_id(r.table_id).is_none() {
+                return Err(conflict());
+            }
+            let v = snap.versions(r.table_id);
+            let changed = match &r.key {
+                Some(k) => match snap.get(r.table_id, k)? {
+                    Some(row) => row.version > cmd.snapshot,
+                    None => v.last_delete > cmd.snapshot,
+                },
+                None => v.last_write > cmd.snapshot,
+            };
+            if changed {
+                return Err(conflict());
+            }
+        }
+        let mut seen: HashMap<(u64, Vec<u8>), bool> = HashMap::new();
+        let mut writes = Vec::new();
+        for o in &cmd.ops {
+            let Some(op::Kind::TableWrite(w)) = &o.kind else {
+                continue;
+            };
+            let table = self
+                .catalog
+                .table(&w.table)
+                .ok_or_else(|| Error::undefined_table(&w.table))?;
+            if table.def.id != w.table_id {
+                return Err(Error::new(
+                    sqlstate::SERIALIZATION_FAILURE,
+                    format!(
+                        "table \"{}\" was dropped and re-created while the transaction ran",
+                        w.table
+                    ),
+                ));
+            }
+            let k = (w.table_id, w.key.clone());
+            let exists = match seen.get(&k) {
+                Some(e) => *e,
+                None => snap.get(w.table_id, &w.key)?.is_some(),
+            };
+            if w.kind == write_kind::INSERT && exists {
+                return Err(table.duplicate(&table.decode(&w.row)?));
+            }
+            let row = (w.kind != write_kind::DELETE).then(|| Arc::from(w.row.as_slice()));
+            seen.insert(k, row.is_some());
+            writes.push(Write {
+                table: w.table_id,
+                key: w.key.clone(),
+                row,
+            });
+        }
+        Ok(writes)
+    }
+
     /// Check every op against the catalog as it will be when the op runs.
     fn validate(&self, cmd: &Command) -> Result<(), Error> {
+        // Drops and truncations checkpoint while they apply; table writes
+        // reach the store at the end of the command. Keeping them in
+        // separate commands keeps every checkpoint exact.
+        let checkpoints_midway = cmd.ops.iter().any(|o| {
+            matches!(
+                o.kind,
+                Some(op::Kind::DropStream(_)) | Some(op::Kind::Truncate(_))
+            )
+        });
+        let writes_tables = cmd
+            .ops
+            .iter()
+            .any(|o| matches!(o.kind, Some(op::Kind::TableWrite(_))));
+        if checkpoints_midway && writes_tables {
+            return Err(Error::unsupported(
+                "DROP and prefix truncation cannot commit together with table writes",
+            ));
+        }
         // name -> Some(id) exists / None dropped, for names touched earlier in the command
         let mut overlay: HashMap<&str, Option<u64>> = HashMap::new();
         let exists = |overlay: &HashMap<&str, Option<u64>>, name: &str| -> Option<u64> {
             match overlay.get(name) {
                 Some(v) => *v,
-                None => self.catalog.get(name).map(|s| s.def.id),
+                None => self
+                    .catalog
+                    .get(name)
+                    .map(|s| s.def.id)
+                    .or_else(|| self.catalog.table(name).map(|t| t.def.id)),
             }
         };
         for o in &cmd.ops {
@@ -186,7 +467,26 @@ impl Database {
                         overlay.insert(&c.name, Some(0));
                     }
                 }
+                Some(op::Kind::CreateTable(c)) => {
+                    if exists(&overlay, &c.name).is_some() {
+                        if !c.if_not_exists {
+                            return Err(Error::new(
+                                sqlstate::DUPLICATE_TABLE,
+                                format!("relation \"{}\" already exists", c.name),
+                            ));
+                        }
+                    } else {
+                        overlay.insert(&c.name, Some(0));
+                    }
+                }
+                Some(op::Kind::TableWrite(_)) => {}
                 Some(op::Kind::DropStream(d)) => {
+                    if d.name == CONSUMER_OFFSETS {
+                        return Err(Error::new(
+                            sqlstate::INSUFFICIENT_PRIVILEGE,
+                            format!("permission denied: \"{CONSUMER_OFFSETS}\" is a system table"),
+                        ));
+                    }
                     if exists(&overlay, &d.name).is_none() {
                         if !d.if_exists {
                             return Err(Error::undefined_table(&d.name));
@@ -211,6 +511,14 @@ impl Database {
         if let Err(e) = self.validate(&cmd) {
             return Ok(Err(e));
         }
+        let mut table_writes = match self.plan_table_writes(&cmd) {
+            Ok(w) => w,
+            Err(e) => return Ok(Err(e)),
+        };
+        let mut dedup = match self.plan_dedup(&cmd) {
+            Ok(d) => d,
+            Err(e) => return Ok(Err(e)),
+        };
         let mut outcomes = Vec::with_capacity(cmd.ops.len());
         for (i, o) in cmd.ops.into_iter().enumerate() {
             let outcome = match o.kind {
@@ -241,9 +549,46 @@ impl Database {
                         OpOutcome::Created { existed: false }
                     }
                 }
+                Some(op::Kind::CreateTable(c)) => {
+                    if self.catalog.exists(&c.name) {
+                        OpOutcome::Created { existed: true }
+                    } else {
+                        let mut def: TableDef = match serde_json::from_str(&c.definition_json) {
+                            Ok(d) => d,
+                            Err(e) => {
+                                return Ok(Err(Error::internal(format!(
+                                    "bad table definition: {e}"
+                                ))))
+                            }
+                        };
+                        def.id = index * 1024 + i as u64 + 1;
+                        def.name = c.name.clone();
+                        def.oid = self.next_oid;
+                        self.next_oid += 1;
+                        self.tables.reset_table(index, def.id);
+                        self.catalog.insert_table(Arc::new(Table::new(def)));
+                        OpOutcome::Created { existed: false }
+                    }
+                }
+                Some(op::Kind::TableWrite(_)) => OpOutcome::Written,
+                Some(op::Kind::DropStream(d)) if self.catalog.get(&d.name).is_none() => {
+                    match self.catalog.remove_table(&d.name) {
+                        Some(t) => {
+                            self.tables.reset_table(index, t.def.id);
+                            self.dropped_tables.push(t.def.id);
+                            OpOutcome::Dropped { existed: true }
+                        }
+                        None => OpOutcome::Dropped { existed: false },
+                    }
+                }
                 Some(op::Kind::DropStream(d)) => match self.catalog.remove(&d.name) {
                     None => OpOutcome::Dropped { existed: false },
                     Some(stream) => {
+                        if stream.def.options.dedup_key.is_some() {
+                            let id = dedup_table_id(stream.def.id);
+                            self.tables.reset_table(index, id);
+                            self.dropped_tables.push(id);
+                        }
                         self.write_checkpoint(index)?;
                         let path = stream_dir(&self.dir, stream.def.id);
                         if let Err(e) = fs::remove_dir_all(&path) {
@@ -257,19 +602,43 @@ impl Database {
                         return Ok(Err(Error::undefined_table(&a.stream)));
                     };
                     let ts = stream.next_ts(cmd.ts_micros);
-                    let base = stream
-                        .log
-                        .append(&a.ipc, a.rows, ts)
-                        .map_err(|e| e.to_string())?;
-                    stream.record_append(ts);
+                    let plan = dedup.remove(&i);
+                    let (ipc, rows) = match &plan {
+                        Some(p) => (p.ipc.as_deref().unwrap_or(&a.ipc), p.rows),
+                        None => (a.ipc.as_slice(), a.rows),
+                    };
+                    let base = if rows == 0 {
+                        stream.log.next_offset()
+                    } else {
+                        let base = stream
+                            .log
+                            .append(ipc, rows, ts)
+                            .map_err(|e| e.to_string())?;
+                        stream.record_append(ts);
+                        base
+                    };
                     self.stats
                         .appended_rows
-                        .fetch_add(a.rows as u64, Ordering::Relaxed);
+                        .fetch_add(rows as u64, Ordering::Relaxed);
+                    let row_offsets = match plan {
+                        Some(p) => {
+                            if p.first_offset != base {
+                                return Err(format!(
+                                    "dedup predicted offset {} but the append got {base}",
+                                    p.first_offset
+                                ));
+                            }
+                            table_writes.extend(p.entries);
+                            p.row_offsets
+                        }
+                        None => Vec::new(),
+                    };
                     OpOutcome::Appended {
                         stream: a.stream,
                         base_offset: base,
-                        rows: a.rows,
+                        rows,
                         ts_micros: ts,
+                        row_offsets,
                     }
                 }
                 Some(op::Kind::Truncate(t)) => {
@@ -292,9 +661,43 @@ impl Database {
             };
             outcomes.push(outcome);
         }
+        if !table_writes.is_empty() {
+            self.tables.apply(index, table_writes);
+            if self.tables.delta_bytes() > MAX_TABLE_DELTA_BYTES {
+                self.write_checkpoint(index)?;
+            }
+        }
         self.stats.applied_commands.fetch_add(1, Ordering::Relaxed);
         Ok(Ok(outcomes))
     }
+}
+
+/// Default `dedup_window` of a stream with a `dedup_key`.
+pub const DEFAULT_DEDUP_WINDOW_MS: u64 = 5 * 60 * 1000;
+
+/// The table-store id of a stream's dedup index (high bit set: never a
+/// table's id).
+fn dedup_table_id(stream_id: u64) -> u64 {
+    stream_id | 1 << 63
+}
+
+/// An index entry: (offset, ts) of the row first appended with the key.
+fn decode_dedup(row: &[u8]) -> Option<(u64, i64)> {
+    let off: [u8; 8] = row.get(..8)?.try_into().ok()?;
+    let ts: [u8; 8] = row.get(8..16)?.try_into().ok()?;
+    Some((u64::from_le_bytes(off), i64::from_le_bytes(ts)))
+}
+
+/// How one append to a dedup stream applies.
+struct DedupPlan {
+    /// Batch of the rows to append, when some were dropped.
+    ipc: Option<Vec<u8>>,
+    rows: u32,
+    first_offset: u64,
+    /// (offset, ts) of every input row: its own, or the original's.
+    row_offsets: Vec<(u64, i64)>,
+    /// New index entries.
+    entries: Vec<Write>,
 }
 
 fn check_target(current: Option<u64>, name: &str, planned_id: u64) -> Result<(), Error> {

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use sluice_storage::StreamLog;
 use tokio::sync::watch;
 
+use crate::table::Table;
 use crate::types::ColumnType;
 
 /// Name of the system offset column.
@@ -143,10 +144,11 @@ impl Stream {
     }
 }
 
-/// All streams by name.
+/// All streams and tables by name (one namespace).
 #[derive(Debug, Default)]
 pub struct Catalog {
     streams: RwLock<BTreeMap<String, Arc<Stream>>>,
+    tables: RwLock<BTreeMap<String, Arc<Table>>>,
     /// Bumped on every DDL change, so cached plans can tell they are stale.
     version: AtomicU64,
 }
@@ -181,7 +183,40 @@ impl Catalog {
 
     pub(crate) fn clear(&self) {
         self.streams.write().clear();
+        self.tables.write().clear();
         self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn table(&self, name: &str) -> Option<Arc<Table>> {
+        self.tables.read().get(name).cloned()
+    }
+
+    pub fn tables(&self) -> Vec<Arc<Table>> {
+        self.tables.read().values().cloned().collect()
+    }
+
+    pub fn table_by_id(&self, id: u64) -> Option<Arc<Table>> {
+        self.tables
+            .read()
+            .values()
+            .find(|t| t.def.id == id)
+            .cloned()
+    }
+
+    /// Whether a stream or table has this name.
+    pub fn exists(&self, name: &str) -> bool {
+        self.get(name).is_some() || self.table(name).is_some()
+    }
+
+    pub(crate) fn insert_table(&self, table: Arc<Table>) {
+        self.tables.write().insert(table.def.name.clone(), table);
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn remove_table(&self, name: &str) -> Option<Arc<Table>> {
+        let removed = self.tables.write().remove(name);
+        self.version.fetch_add(1, Ordering::AcqRel);
+        removed
     }
 }
 

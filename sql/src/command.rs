@@ -19,11 +19,27 @@ pub struct Command {
     pub ts_micros: i64,
     #[prost(message, repeated, tag = "2")]
     pub ops: Vec<Op>,
+    /// Snapshot index the transaction read tables at (0: no reads).
+    #[prost(uint64, tag = "3")]
+    pub snapshot: u64,
+    /// What the transaction read from tables: validated at apply, so a
+    /// commit whose reads changed since `snapshot` fails with 40001.
+    #[prost(message, repeated, tag = "4")]
+    pub reads: Vec<TableRead>,
+}
+
+/// One read of a table: a key, or (no key) the whole table.
+#[derive(Clone, PartialEq, Message)]
+pub struct TableRead {
+    #[prost(uint64, tag = "1")]
+    pub table_id: u64,
+    #[prost(bytes = "vec", optional, tag = "2")]
+    pub key: Option<Vec<u8>>,
 }
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Op {
-    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4")]
+    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4, 5, 6")]
     pub kind: Option<op::Kind>,
 }
 
@@ -38,6 +54,10 @@ pub mod op {
         Append(super::Append),
         #[prost(message, tag = "4")]
         Truncate(super::Truncate),
+        #[prost(message, tag = "5")]
+        CreateTable(super::CreateTable),
+        #[prost(message, tag = "6")]
+        TableWrite(super::TableWrite),
     }
 }
 
@@ -52,6 +72,35 @@ pub struct CreateStream {
     pub if_not_exists: bool,
 }
 
+#[derive(Clone, PartialEq, Message)]
+pub struct CreateTable {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// JSON of a `TableDef` without its id and OID.
+    #[prost(string, tag = "2")]
+    pub definition_json: String,
+    #[prost(bool, tag = "3")]
+    pub if_not_exists: bool,
+}
+
+/// One row change of a table (see `table::write_kind`).
+#[derive(Clone, PartialEq, Message)]
+pub struct TableWrite {
+    #[prost(string, tag = "1")]
+    pub table: String,
+    #[prost(uint64, tag = "2")]
+    pub table_id: u64,
+    #[prost(int32, tag = "3")]
+    pub kind: i32,
+    /// Encoded primary key (or hidden row id).
+    #[prost(bytes = "vec", tag = "4")]
+    pub key: Vec<u8>,
+    /// Encoded row (empty for a delete).
+    #[prost(bytes = "vec", tag = "5")]
+    pub row: Vec<u8>,
+}
+
+/// Drops a stream or a table of that name.
 #[derive(Clone, PartialEq, Message)]
 pub struct DropStream {
     #[prost(string, tag = "1")]
@@ -111,10 +160,16 @@ pub enum OpOutcome {
         base_offset: u64,
         rows: u32,
         ts_micros: i64,
+        /// For streams with a `dedup_key`: (offset, ts) of every input row,
+        /// the original's for a duplicate. Empty otherwise (rows got
+        /// `base_offset..base_offset+rows` at `ts_micros`).
+        row_offsets: Vec<(u64, i64)>,
     },
     Truncated {
         first_offset: u64,
     },
+    /// A table row was written.
+    Written,
 }
 
 /// The state machine's answer to a command: deterministic failures are
@@ -136,6 +191,11 @@ mod tests {
                     ipc: vec![1, 2, 3],
                     rows: 3,
                 })),
+            }],
+            snapshot: 3,
+            reads: vec![TableRead {
+                table_id: 9,
+                key: Some(vec![1]),
             }],
         };
         assert_eq!(Command::decode_bytes(&c.encode_bytes()).unwrap(), c);

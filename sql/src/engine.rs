@@ -22,9 +22,12 @@ use sluice_consensus::{NodeConfig, NodeHandle, ProposeError};
 
 use crate::apply::{ApplyStats, Database};
 use crate::catalog::Catalog;
-use crate::command::{Command, CommandResult, Op, OpOutcome};
+use crate::command::{Command, CommandResult, Op, OpOutcome, TableRead};
 use crate::error::{sqlstate, Error, Result};
 use crate::provider::StreamTable;
+use crate::table::provider::TableScan;
+use crate::table::store::TableStore;
+use crate::table::TxnTables;
 
 /// DataFusion catalog and schema names Sluice uses.
 pub const CATALOG_NAME: &str = "sluice";
@@ -80,6 +83,11 @@ pub struct Engine {
     apply_stats: Arc<ApplyStats>,
     last_ts: AtomicI64,
     system: crate::system::SystemCatalog,
+    /// Table rows, read through each session's transaction view.
+    pub tables: Arc<TableStore>,
+    /// Hidden row ids of tables without a primary key: node id in the high
+    /// bits, so ids from different nodes never meet.
+    row_ids: std::sync::atomic::AtomicU64,
 }
 
 impl Engine {
@@ -95,6 +103,8 @@ impl Engine {
             apply_stats.clone(),
             config.segment_bytes,
         )?;
+        let tables = db.table_store();
+        let node_id = config.node.id;
         let node =
             sluice_consensus::start(config.node, db).map_err(|e| Error::io(e.to_string()))?;
         Ok(Arc::new(Engine {
@@ -106,6 +116,8 @@ impl Engine {
             apply_stats,
             last_ts: AtomicI64::new(i64::MIN),
             system: crate::system::SystemCatalog::new()?,
+            tables,
+            row_ids: std::sync::atomic::AtomicU64::new(node_id << 48),
         }))
     }
 
@@ -119,9 +131,23 @@ impl Engine {
 
     /// Propose `ops` as one atomic command and wait until it is applied.
     pub async fn propose(&self, ops: Vec<Op>) -> Result<Vec<OpOutcome>> {
+        self.propose_txn(ops, 0, Vec::new()).await
+    }
+
+    /// Propose a transaction's writes with what it read from tables at
+    /// snapshot index `snapshot`; the state machine refuses (40001) if any
+    /// of those reads changed since.
+    pub async fn propose_txn(
+        &self,
+        ops: Vec<Op>,
+        snapshot: u64,
+        reads: Vec<TableRead>,
+    ) -> Result<Vec<OpOutcome>> {
         let cmd = Command {
             ts_micros: self.next_ts(),
             ops,
+            snapshot,
+            reads,
         };
         let bytes = cmd.encode_bytes();
         if bytes.len() > self.limits.max_statement_bytes {
@@ -146,6 +172,15 @@ impl Engine {
             )),
             Err(ProposeError::Failed(msg)) => Err(Error::io(format!("writes are disabled: {msg}"))),
         }
+    }
+
+    /// A new hidden row id: time first, so rows of a table without a key
+    /// list in insertion order.
+    pub fn next_row_id(&self) -> Vec<u8> {
+        let mut key = Vec::with_capacity(16);
+        key.extend((self.next_ts() as u64).to_be_bytes());
+        key.extend(self.row_ids.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+        key
     }
 
     pub fn next_session_id(&self) -> u64 {
@@ -193,7 +228,11 @@ impl Engine {
 
     /// A DataFusion context whose default schema shows the live catalog,
     /// with `pg_catalog` and `information_schema` for the session `vars`.
-    pub fn new_context(self: &Arc<Self>, vars: crate::system::SharedVars) -> SessionContext {
+    pub fn new_context(
+        self: &Arc<Self>,
+        vars: crate::system::SharedVars,
+        txn: Arc<TxnTables>,
+    ) -> SessionContext {
         let config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG_NAME, SCHEMA_NAME)
             .with_create_default_catalog_and_schema(false)
@@ -204,6 +243,7 @@ impl Engine {
         let catalog = MemoryCatalogProvider::new();
         let schema: Arc<dyn SchemaProvider> = Arc::new(LiveSchema {
             engine: Arc::downgrade(self),
+            txn,
         });
         // registering into a fresh in-memory catalog cannot fail
         let _ = catalog.register_schema(SCHEMA_NAME, schema);
@@ -213,11 +253,21 @@ impl Engine {
     }
 }
 
-/// The `public` schema: every stream, plus Sluice's system views.
+/// The `public` schema: every stream and table, plus Sluice's system
+/// views. Tables are read through the session's transaction view.
 #[derive(Debug)]
 struct LiveSchema {
     engine: std::sync::Weak<Engine>,
+    txn: Arc<TxnTables>,
 }
+
+/// Name under which a table's keyed view (rows plus their stored key)
+/// resolves; only Sluice's own UPDATE/DELETE planning uses it.
+pub(crate) fn keyed_name(table: &str) -> String {
+    format!("{KEYED_PREFIX}{table}")
+}
+
+const KEYED_PREFIX: &str = "sluice$keyed$";
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -240,6 +290,7 @@ impl SchemaProvider for LiveSchema {
             .iter()
             .map(|s| s.def.name.clone())
             .collect();
+        names.extend(engine.catalog.tables().iter().map(|t| t.def.name.clone()));
         names.push(STATS_VIEW.into());
         names.push(STREAMS_VIEW.into());
         names
@@ -252,6 +303,18 @@ impl SchemaProvider for LiveSchema {
         if let Some(stream) = engine.catalog.get(name) {
             return Ok(Some(Arc::new(StreamTable::new(stream))));
         }
+        let (keyed, table_name) = match name.strip_prefix(KEYED_PREFIX) {
+            Some(t) => (true, t),
+            None => (false, name),
+        };
+        if let Some(table) = engine.catalog.table(table_name) {
+            return Ok(Some(Arc::new(TableScan::new(
+                table,
+                engine.tables.clone(),
+                self.txn.clone(),
+                keyed,
+            ))));
+        }
         match name {
             STATS_VIEW => Ok(Some(stats_table(&engine)?)),
             STREAMS_VIEW => Ok(Some(streams_table(&engine)?)),
@@ -262,7 +325,7 @@ impl SchemaProvider for LiveSchema {
     fn table_exist(&self, name: &str) -> bool {
         self.engine
             .upgrade()
-            .map(|e| e.catalog.get(name).is_some() || name == STATS_VIEW || name == STREAMS_VIEW)
+            .map(|e| e.catalog.exists(name) || name == STATS_VIEW || name == STREAMS_VIEW)
             .unwrap_or(false)
     }
 }

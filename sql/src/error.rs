@@ -24,6 +24,12 @@ pub mod sqlstate {
     pub const DIVISION_BY_ZERO: &str = "22012";
     pub const DATA_EXCEPTION: &str = "22000";
     pub const NOT_NULL_VIOLATION: &str = "23502";
+    pub const UNIQUE_VIOLATION: &str = "23505";
+    pub const CARDINALITY_VIOLATION: &str = "21000";
+    pub const INVALID_COLUMN_REFERENCE: &str = "42P10";
+    pub const RESERVED_NAME: &str = "42939";
+    pub const WRONG_OBJECT_TYPE: &str = "42809";
+    pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
     pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
     pub const IN_FAILED_TRANSACTION: &str = "25P02";
     pub const ACTIVE_SQL_TRANSACTION: &str = "25001";

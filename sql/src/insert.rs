@@ -252,6 +252,15 @@ pub fn encode_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// The one batch of Arrow IPC stream bytes written by [`encode_ipc`].
+pub fn decode_ipc(bytes: &[u8]) -> Result<RecordBatch> {
+    let mut reader = arrow::ipc::reader::StreamReader::try_new(bytes, None)?;
+    match reader.next() {
+        Some(b) => Ok(b?),
+        None => Err(Error::internal("append without a record batch")),
+    }
+}
+
 /// Concatenate batches of the same schema.
 pub fn concat(stream: &Stream, batches: &[RecordBatch]) -> Result<RecordBatch> {
     Ok(arrow::compute::concat_batches(

@@ -5,7 +5,8 @@
 //! over the stream segments ([`provider`]), builds appends ([`insert`],
 //! [`copy`]) and proposes them as [`command`]s through the Raft node; the
 //! state machine ([`apply`]) applies committed commands to the [`catalog`]
-//! and storage. [`session`] is one client's view; [`engine`] is what all
+//! and storage. Mutable tables and transactions over them live in
+//! [`table`]. [`session`] is one client's view; [`engine`] is what all
 //! sessions share. It knows nothing of the Postgres wire protocol.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -23,6 +24,7 @@ pub mod provider;
 pub mod session;
 pub mod statement;
 pub mod system;
+pub mod table;
 pub mod tail;
 pub mod types;
 

@@ -25,7 +25,7 @@ use datafusion::sql::parser::Statement as DFStatement;
 use sqlparser::ast::{BinaryOperator, Expr, SelectItem, SetExpr, Statement, TableObject, Value};
 
 use crate::catalog::{Stream, OFFSET_COLUMN, TS_COLUMN};
-use crate::command::{op, Append, CreateStream, DropStream, Op, OpOutcome, Truncate};
+use crate::command::{op, Append, CreateStream, CreateTable, DropStream, Op, OpOutcome, Truncate};
 use crate::copy;
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
@@ -33,12 +33,14 @@ use crate::insert;
 use crate::notify::{self, Notification};
 use crate::provider::{with_system_columns, InsertCollector};
 use crate::statement::{self, sqlparser, CopyFormat, Parsed};
+use crate::table::TxnTables;
 use crate::tail::{self, CancelWatch, Tail};
 use crate::types::ColumnType;
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 
 mod cursor;
+mod dml;
 mod functions;
 mod naming;
 mod settings;
@@ -169,6 +171,8 @@ pub struct Session {
     portal_tails: HashMap<usize, Tail>,
     cancel: watch::Receiver<u64>,
     _cancel_tx: watch::Sender<u64>,
+    /// The transaction's view of tables (snapshot, own writes, reads).
+    tables: Arc<TxnTables>,
 }
 
 impl Session {
@@ -178,7 +182,8 @@ impl Session {
             database: "sluice".into(),
             settings: default_settings(),
         }));
-        let ctx = engine.new_context(vars.clone());
+        let tables = Arc::new(TxnTables::default());
+        let ctx = engine.new_context(vars.clone(), tables.clone());
         let notify = Arc::new(NotifyState {
             hub: engine.hub.clone(),
             catalog: engine.catalog.clone(),
@@ -208,6 +213,7 @@ impl Session {
             portal_tails: HashMap::new(),
             cancel,
             _cancel_tx: cancel_tx,
+            tables,
         }
     }
 
@@ -326,6 +332,10 @@ impl Session {
                 "current transaction is aborted, commands ignored until end of transaction block",
             ));
         }
+        if matches!(self.txn, Txn::Idle) {
+            // outside a block every statement reads a fresh snapshot
+            self.tables.reset();
+        }
         let r = self.execute_inner(p, params).await;
         r.map_err(|e| self.fail_block(e))
     }
@@ -343,7 +353,36 @@ impl Session {
     async fn execute_inner(&mut self, p: &Parsed, params: &[ScalarValue]) -> Result<Output> {
         match p {
             Parsed::Query(stmt) => self.query(stmt, params).await,
+            Parsed::Insert(ins) if self.table(&insert_target(ins)?).is_some() => {
+                self.table_dml(p, params).await
+            }
             Parsed::Insert(ins) => self.insert(ins, params).await,
+            Parsed::Update(u) => {
+                let name = match &u.table.relation {
+                    sqlparser::ast::TableFactor::Table { name, .. } => statement::table_name(name),
+                    other => other.to_string(),
+                };
+                if self.table(&name).is_some() {
+                    self.table_dml(p, params).await
+                } else if self.engine.catalog.get(&name).is_some() {
+                    Err(statement::append_only(&name))
+                } else {
+                    Err(Error::undefined_table(&name))
+                }
+            }
+            Parsed::CreateTable { def, if_not_exists } => {
+                let definition_json =
+                    serde_json::to_string(def).map_err(|e| Error::internal(e.to_string()))?;
+                let op = Op {
+                    kind: Some(op::Kind::CreateTable(CreateTable {
+                        name: def.name.clone(),
+                        definition_json,
+                        if_not_exists: *if_not_exists,
+                    })),
+                };
+                self.engine.propose(vec![op]).await?;
+                Ok(Output::Tag("CREATE TABLE".into()))
+            }
             Parsed::CreateStream { def, if_not_exists } => {
                 let definition_json =
                     serde_json::to_string(def).map_err(|e| Error::internal(e.to_string()))?;
@@ -357,7 +396,11 @@ impl Session {
                 self.engine.propose(vec![op]).await?;
                 Ok(Output::Tag("CREATE STREAM".into()))
             }
-            Parsed::DropStream { names, if_exists } => {
+            Parsed::DropStream {
+                names,
+                if_exists,
+                stream,
+            } => {
                 let ops = names
                     .iter()
                     .map(|n| Op {
@@ -368,12 +411,18 @@ impl Session {
                     })
                     .collect();
                 self.engine.propose(ops).await?;
-                Ok(Output::Tag("DROP STREAM".into()))
+                Ok(Output::Tag(
+                    if *stream { "DROP STREAM" } else { "DROP TABLE" }.into(),
+                ))
+            }
+            Parsed::Delete(d) if self.table(&dml::delete_target(d)?.0).is_some() => {
+                self.table_dml(p, params).await
             }
             Parsed::Delete(d) => self.delete(d).await,
             Parsed::Begin => {
                 match self.txn {
                     Txn::Idle => {
+                        self.tables.reset();
                         self.txn = Txn::Block(Block::default());
                         self.notify.in_block.store(true, Ordering::Release);
                     }
@@ -383,15 +432,21 @@ impl Session {
             }
             Parsed::Commit => match std::mem::replace(&mut self.txn, Txn::Idle) {
                 Txn::Block(Block { ops, .. }) => {
+                    // a block that only read needs no validation: it saw
+                    // one snapshot
                     let result = if ops.is_empty() {
                         Ok(vec![])
                     } else {
-                        self.engine.propose(ops).await
+                        let snapshot = self.tables.snapshot_index();
+                        let reads = self.tables.reads();
+                        self.engine.propose_txn(ops, snapshot, reads).await
                     };
+                    self.tables.reset();
                     self.end_block(result.is_ok());
                     result.map(|_| Output::Tag("COMMIT".into()))
                 }
                 Txn::Failed(_) => {
+                    self.tables.reset();
                     self.end_block(false);
                     Ok(Output::Tag("ROLLBACK".into()))
                 }
@@ -448,12 +503,14 @@ impl Session {
                 b.ops.truncate(ops);
                 b.bytes = bytes;
                 b.savepoints.truncate(at + 1);
+                self.tables.rebuild_overlay(&b.ops);
                 self.notify.pending.lock().truncate(notifications);
                 self.txn = Txn::Block(b);
                 Ok(Output::Tag("ROLLBACK".into()))
             }
             Parsed::Rollback => {
                 self.txn = Txn::Idle;
+                self.tables.reset();
                 self.end_block(false);
                 Ok(Output::Tag("ROLLBACK".into()))
             }
@@ -665,6 +722,40 @@ impl Session {
     pub async fn describe(&self, p: &Parsed) -> Result<Description> {
         match p {
             Parsed::Refused(e) => Err(e.clone()),
+            Parsed::Insert(ins) if self.table(&insert_target(ins)?).is_some() => {
+                let name = insert_target(ins)?;
+                let table = self
+                    .table(&name)
+                    .ok_or_else(|| Error::undefined_table(&name))?;
+                let targets = dml::table_targets(&table, ins)?;
+                let types: Vec<ColumnType> = targets.iter().map(|&t| table.types[t]).collect();
+                let mut params = Vec::new();
+                if let Some(rows) = values_rows(ins) {
+                    insert::infer_param_types(&rows, &types, &mut params);
+                }
+                let schema = match &ins.returning {
+                    Some(items) => Some(self.table_returning_schema(&table, &name, items).await?),
+                    None => None,
+                };
+                Ok(Description { params, schema })
+            }
+            Parsed::Update(u) => {
+                let name = match &u.table.relation {
+                    sqlparser::ast::TableFactor::Table { name, .. } => statement::table_name(name),
+                    other => other.to_string(),
+                };
+                if self.table(&name).is_none() {
+                    return Err(if self.engine.catalog.get(&name).is_some() {
+                        statement::append_only(&name)
+                    } else {
+                        Error::undefined_table(&name)
+                    });
+                }
+                self.describe_table_change(p).await
+            }
+            Parsed::Delete(d) if self.table(&dml::delete_target(d)?.0).is_some() => {
+                self.describe_table_change(p).await
+            }
             Parsed::Delete(d) => {
                 let (name, _) = truncation_target(d)?;
                 self.stream(&name)?;
@@ -760,15 +851,21 @@ impl Session {
         }
         let _ = max_row;
         let outcome = self.append(&stream, &batch).await?;
+        // duplicates of a dedup stream are not appended (nor counted)
+        let appended = outcome.as_ref().map(|o| o.rows as usize).unwrap_or(rows);
         match &ins.returning {
-            None => Ok(Output::Tag(format!("INSERT 0 {rows}"))),
+            None => Ok(Output::Tag(format!("INSERT 0 {appended}"))),
             Some(items) => {
-                let Some((base, ts)) = outcome else {
+                let Some(o) = outcome else {
                     return Err(Error::unsupported(
                         "RETURNING inside a transaction block is not supported yet: offsets are assigned at COMMIT",
                     ));
                 };
-                let full = with_system_columns(&stream, &batch, base, ts)?;
+                let full = if o.row_offsets.is_empty() {
+                    with_system_columns(&stream, &batch, o.base_offset, o.ts_micros)?
+                } else {
+                    with_row_offsets(&stream, &batch, &o.row_offsets)?
+                };
                 self.returning(&stream, full, items).await
             }
         }
@@ -859,13 +956,13 @@ impl Session {
         insert::concat(stream, &batches)
     }
 
-    /// Propose an append now, or buffer it in the open block. Returns the
-    /// base offset and commit time when it committed now.
+    /// Propose an append now, or buffer it in the open block. Returns
+    /// where the rows went when it committed now.
     async fn append(
         &mut self,
         stream: &Arc<Stream>,
         batch: &RecordBatch,
-    ) -> Result<Option<(u64, i64)>> {
+    ) -> Result<Option<Appended>> {
         let ipc = insert::encode_ipc(batch)?;
         let op = Op {
             kind: Some(op::Kind::Append(Append {
@@ -896,12 +993,19 @@ impl Session {
             }
             _ => {
                 let outcomes = self.engine.propose(vec![op]).await?;
-                match outcomes.first() {
+                match outcomes.into_iter().next() {
                     Some(OpOutcome::Appended {
                         base_offset,
                         ts_micros,
+                        rows,
+                        row_offsets,
                         ..
-                    }) => Ok(Some((*base_offset, *ts_micros))),
+                    }) => Ok(Some(Appended {
+                        base_offset,
+                        ts_micros,
+                        rows,
+                        row_offsets,
+                    })),
                     _ => Err(Error::internal("append produced no outcome")),
                 }
             }
@@ -1042,6 +1146,36 @@ impl Session {
         // dropping the dispatcher stops it and its stream followers
         self.dispatcher = None;
     }
+}
+
+/// Where a committed append put its rows.
+struct Appended {
+    base_offset: u64,
+    ts_micros: i64,
+    /// Rows appended (duplicates of a dedup stream are not).
+    rows: u32,
+    /// Per input row (offset, ts), for dedup streams.
+    row_offsets: Vec<(u64, i64)>,
+}
+
+/// The input rows with the `offset` and `ts` each got (its own, or the
+/// original's for a duplicate).
+fn with_row_offsets(
+    stream: &Stream,
+    user: &RecordBatch,
+    row_offsets: &[(u64, i64)],
+) -> Result<RecordBatch> {
+    use arrow::array::{ArrayRef, Int64Array, TimestampMicrosecondArray};
+    let offsets: ArrayRef = Arc::new(Int64Array::from_iter_values(
+        row_offsets.iter().map(|(o, _)| *o as i64),
+    ));
+    let tss: ArrayRef = Arc::new(
+        TimestampMicrosecondArray::from_iter_values(row_offsets.iter().map(|(_, t)| *t))
+            .with_timezone("UTC"),
+    );
+    let mut cols = vec![offsets, tss];
+    cols.extend(user.columns().iter().cloned());
+    Ok(RecordBatch::try_new(stream.full_schema.clone(), cols)?)
 }
 
 fn statement_too_long(len: usize, max: usize) -> Error {

@@ -18,6 +18,7 @@ use sqlparser::tokenizer::{Token, Tokenizer, Whitespace, Word};
 
 use crate::catalog::{ColumnDef, StreamDef, StreamOptions, OFFSET_COLUMN, TS_COLUMN};
 use crate::error::{sqlstate, Error, Result};
+use crate::table::{check_name, TableDef};
 use crate::types::ColumnType;
 
 pub use datafusion::sql::sqlparser;
@@ -32,11 +33,19 @@ pub enum Parsed {
         def: StreamDef,
         if_not_exists: bool,
     },
+    CreateTable {
+        def: TableDef,
+        if_not_exists: bool,
+    },
+    /// `DROP STREAM` / `DROP TABLE` (either drops a stream or a table).
     DropStream {
         names: Vec<String>,
         if_exists: bool,
+        /// Written as DROP STREAM (the command tag says which).
+        stream: bool,
     },
     Delete(Box<sqlparser::ast::Delete>),
+    Update(Box<sqlparser::ast::Update>),
     Begin,
     Commit,
     Rollback,
@@ -302,13 +311,10 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
     Ok(match stmt {
         Statement::Query(_) | Statement::Explain { .. } => Parsed::Query(Box::new(stmt)),
         Statement::Insert(ins) => Parsed::Insert(Box::new(ins)),
+        Statement::CreateTable(ct) if !is_stream => classify_create_table(&ct)?,
         Statement::CreateTable(ct) => {
-            if !is_stream {
-                return Ok(Parsed::Refused(Error::unsupported(
-                    "CREATE TABLE is not supported yet; use CREATE STREAM for an append-only stream",
-                )));
-            }
             let name = object_name(&ct.name);
+            check_name("relation", &name)?;
             let mut columns = Vec::new();
             for c in &ct.columns {
                 let cname = normalize_ident(&c.name);
@@ -349,6 +355,20 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
                 )));
             }
             let options = stream_options(&ct.table_options)?;
+            if let Some(k) = &options.dedup_key {
+                if !columns.iter().any(|c| &c.name == k) {
+                    return Err(Error::new(
+                        sqlstate::UNDEFINED_COLUMN,
+                        format!("dedup_key column \"{k}\" does not exist in stream \"{name}\""),
+                    ));
+                }
+            }
+            if options.dedup_window_ms.is_some() && options.dedup_key.is_none() {
+                return Err(Error::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    "dedup_window needs a dedup_key",
+                ));
+            }
             Parsed::CreateStream {
                 def: StreamDef {
                     id: 0,
@@ -368,15 +388,10 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         } => Parsed::DropStream {
             names: names.iter().map(object_name).collect(),
             if_exists,
+            stream: is_stream,
         },
         Statement::Delete(d) => Parsed::Delete(Box::new(d)),
-        Statement::Update(u) => {
-            let name = match &u.table.relation {
-                sqlparser::ast::TableFactor::Table { name, .. } => object_name(name),
-                other => other.to_string(),
-            };
-            Parsed::Refused(append_only(&name))
-        }
+        Statement::Update(u) => Parsed::Update(Box::new(u)),
         Statement::StartTransaction { .. } => Parsed::Begin,
         Statement::Commit { .. } => Parsed::Commit,
         Statement::Rollback {
@@ -509,6 +524,112 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
                 .join(" ");
             Parsed::Refused(Error::unsupported(format!("{verb} is not supported")))
         }
+    })
+}
+
+/// `CREATE TABLE`: a mutable table with an optional primary key.
+fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
+    use sqlparser::ast::TableConstraint;
+    let name = object_name(&ct.name);
+    check_name("relation", &name)?;
+    if ct.query.is_some() {
+        return Ok(Parsed::Refused(Error::unsupported(
+            "CREATE TABLE ... AS is not supported",
+        )));
+    }
+    let mut columns: Vec<ColumnDef> = Vec::new();
+    let mut primary_key: Vec<String> = Vec::new();
+    let pk_twice = || {
+        Error::new(
+            "42P16",
+            format!("multiple primary keys for table \"{name}\" are not allowed"),
+        )
+    };
+    for c in &ct.columns {
+        let cname = normalize_ident(&c.name);
+        check_name("column", &cname)?;
+        if columns.iter().any(|x| x.name == cname) {
+            return Err(Error::new(
+                sqlstate::DUPLICATE_COLUMN,
+                format!("column \"{cname}\" specified more than once"),
+            ));
+        }
+        let ty = ColumnType::parse(&c.data_type.to_string())?;
+        let mut not_null = false;
+        for o in &c.options {
+            match &o.option {
+                ColumnOption::NotNull => not_null = true,
+                ColumnOption::Null => not_null = false,
+                ColumnOption::PrimaryKey(_) => {
+                    if !primary_key.is_empty() {
+                        return Err(pk_twice());
+                    }
+                    primary_key.push(cname.clone());
+                    not_null = true;
+                }
+                other => {
+                    return Ok(Parsed::Refused(Error::unsupported(format!(
+                        "column option {other} is not supported (tables have PRIMARY KEY, NOT NULL and NULL)"
+                    ))))
+                }
+            }
+        }
+        columns.push(ColumnDef {
+            name: cname,
+            ty,
+            not_null,
+        });
+    }
+    for c in &ct.constraints {
+        match c {
+            TableConstraint::PrimaryKey(pk) => {
+                if !primary_key.is_empty() {
+                    return Err(pk_twice());
+                }
+                for col in &pk.columns {
+                    match &col.column.expr {
+                        Expr::Identifier(id) => primary_key.push(normalize_ident(id)),
+                        other => {
+                            return Ok(Parsed::Refused(Error::unsupported(format!(
+                                "primary key on expression {other} is not supported"
+                            ))))
+                        }
+                    }
+                }
+            }
+            other => {
+                return Ok(Parsed::Refused(Error::unsupported(format!(
+                    "constraint {other} is not supported (tables have a PRIMARY KEY and NOT NULL)"
+                ))))
+            }
+        }
+    }
+    let mut key = Vec::with_capacity(primary_key.len());
+    for k in &primary_key {
+        let Some(i) = columns.iter().position(|c| &c.name == k) else {
+            return Err(Error::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{k}\" named in key does not exist"),
+            ));
+        };
+        if key.contains(&i) {
+            return Err(Error::new(
+                sqlstate::DUPLICATE_COLUMN,
+                format!("column \"{k}\" appears twice in primary key constraint"),
+            ));
+        }
+        columns[i].not_null = true;
+        key.push(i);
+    }
+    Ok(Parsed::CreateTable {
+        def: TableDef {
+            id: 0,
+            oid: 0,
+            name,
+            columns,
+            primary_key: key,
+        },
+        if_not_exists: ct.if_not_exists,
     })
 }
 
@@ -831,21 +952,29 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert!(matches!(p[1], Parsed::Query(_)));
-        assert!(matches!(
-            parse("CREATE TABLE t (a int)").unwrap()[0],
-            Parsed::Refused(_)
-        ));
-    }
-
-    #[test]
-    fn update_is_refused_as_append_only() {
-        match &parse("UPDATE orders SET amount = 0").unwrap()[0] {
-            Parsed::Refused(e) => {
-                assert_eq!(e.code, sqlstate::FEATURE_NOT_SUPPORTED);
-                assert!(e.message.contains("append-only"));
+        match &parse("CREATE TABLE t (a int, b text NOT NULL, c int, PRIMARY KEY (c, a))").unwrap()
+            [0]
+        {
+            Parsed::CreateTable { def, .. } => {
+                assert_eq!(def.primary_key, vec![2, 0]);
+                assert!(def.columns.iter().all(|c| c.not_null));
             }
             other => panic!("unexpected {other:?}"),
         }
+        match &parse("CREATE TABLE t (a int PRIMARY KEY, b text)").unwrap()[0] {
+            Parsed::CreateTable { def, .. } => assert_eq!(def.primary_key, vec![0]),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(
+            parse("CREATE TABLE t (a int PRIMARY KEY, b int PRIMARY KEY)")
+                .unwrap_err()
+                .code,
+            "42P16"
+        );
+        assert_eq!(
+            parse("CREATE TABLE \"sluice$x\" (a int)").unwrap_err().code,
+            sqlstate::RESERVED_NAME
+        );
     }
 
     #[test]

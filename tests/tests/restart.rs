@@ -145,3 +145,88 @@ async fn survives_sigterm_restart() {
 async fn survives_sigkill_restart() {
     survives_restart(Stop::Crash).await;
 }
+
+/// Tables, consumer offsets and the dedup index of a stream survive
+/// restarts, both from the Raft log alone (no checkpoint yet) and from a
+/// checkpoint plus the log after it.
+async fn tables_and_dedup_survive(how: Stop, checkpoint_entries: &str) {
+    let mut server = Server::start_with(&["--checkpoint-entries", checkpoint_entries]).await;
+    let client = server.client().await;
+    exec(
+        &client,
+        "CREATE TABLE totals (k text PRIMARY KEY, n bigint NOT NULL)",
+    )
+    .await;
+    exec(
+        &client,
+        "CREATE STREAM events (id text NOT NULL, v int) WITH (dedup_key = 'id', dedup_window = '1 hour')",
+    )
+    .await;
+    for i in 0..30 {
+        exec(
+            &client,
+            &format!(
+                "BEGIN; INSERT INTO events VALUES ('e{i}', {i}); \
+                 INSERT INTO totals VALUES ('k{}', {i}) ON CONFLICT (k) DO UPDATE SET n = totals.n + excluded.n; \
+                 INSERT INTO consumer_offsets VALUES ('c', 'events', {i}) \
+                   ON CONFLICT (consumer, stream) DO UPDATE SET \"offset\" = excluded.\"offset\"; \
+                 COMMIT",
+                i % 3
+            ),
+        )
+        .await;
+    }
+    exec(&client, "DELETE FROM totals WHERE k = 'k2'").await;
+    drop(client);
+    stop(&mut server, how).await;
+    server.restart().await;
+    let client = server.client().await;
+    assert_eq!(
+        text_rows(&client, "SELECT k, n FROM totals ORDER BY k").await,
+        vec![
+            vec!["k0".to_string(), "135".into()],
+            vec!["k1".into(), "145".into()]
+        ],
+        "{how:?}: table rows after restart"
+    );
+    assert_eq!(
+        text_rows(&client, "SELECT \"offset\" FROM consumer_offsets").await,
+        vec![vec!["29".to_string()]]
+    );
+    // a resend within the window returns the original offset, appends nothing
+    assert_eq!(
+        text_rows(
+            &client,
+            "INSERT INTO events VALUES ('e7', 7) RETURNING offset"
+        )
+        .await,
+        vec![vec!["7".to_string()]],
+        "{how:?}: the dedup index was lost"
+    );
+    assert_eq!(
+        text_rows(&client, "SELECT count(*) FROM events").await,
+        vec![vec!["30".to_string()]]
+    );
+    // keys still unique after recovery
+    let err = client
+        .batch_execute("INSERT INTO totals VALUES ('k0', 1)")
+        .await
+        .expect_err("duplicate key after restart");
+    assert_eq!(err.code().map(|c| c.code()), Some("23505"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn tables_survive_sigkill_from_the_log() {
+    tables_and_dedup_survive(Stop::Crash, "100000").await;
+}
+
+#[tokio::test]
+async fn tables_survive_sigkill_from_a_checkpoint() {
+    tables_and_dedup_survive(Stop::Crash, "7").await;
+}
+
+#[tokio::test]
+async fn tables_survive_sigterm() {
+    tables_and_dedup_survive(Stop::Graceful, "7").await;
+}

@@ -107,10 +107,10 @@ pub(crate) struct Relation {
     pub schema: &'static str,
     pub namespace: i32,
     pub name: String,
-    /// `r` (stream, later table) or `v` (system view).
+    /// `r` (stream or table) or `v` (system view).
     pub kind: &'static str,
     pub columns: Vec<RelColumn>,
-    /// Row count estimate (exact for streams).
+    /// Row count estimate (exact for streams, -1 unknown for tables).
     pub rows: i64,
 }
 
@@ -156,6 +156,26 @@ pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
             }
         })
         .collect();
+    out.extend(engine.catalog.tables().iter().map(|t| {
+        Relation {
+            oid: t.def.oid as i32,
+            schema: "public",
+            namespace: NAMESPACE_PUBLIC,
+            name: t.def.name.clone(),
+            kind: "r",
+            columns: t
+                .def
+                .columns
+                .iter()
+                .map(|c| RelColumn {
+                    name: c.name.clone(),
+                    ty: c.ty,
+                    not_null: c.not_null,
+                })
+                .collect(),
+            rows: -1,
+        }
+    }));
     out.sort_by(|a, b| a.name.cmp(&b.name));
     for (i, (name, schema)) in crate::engine::system_views().into_iter().enumerate() {
         out.push(Relation {

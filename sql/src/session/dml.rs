@@ -1,0 +1,946 @@
+//! INSERT, UPDATE and DELETE on tables.
+//!
+//! Each statement reads through the session's [`TxnTables`] view (its
+//! snapshot, its own writes, its read set) and turns into `TableWrite` ops:
+//! buffered in an open block, or proposed at once with the statement's
+//! reads. UPDATE and DELETE are planned by DataFusion as a SELECT over the
+//! table's keyed view (rows plus their stored key), so any predicate,
+//! subquery or function works; the assignments of `ON CONFLICT DO UPDATE`
+//! are evaluated over the existing and the proposed (`excluded`) rows.
+//! Outside a block a statement that loses a serialization race is retried
+//! (it has no effects until its command commits).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::datasource::MemTable;
+use datafusion::execution::context::SessionContext;
+use datafusion::scalar::ScalarValue;
+use datafusion::sql::parser::Statement as DFStatement;
+use sqlparser::ast::{
+    AssignmentTarget, ConflictTarget, Expr, FromTable, OnConflictAction, OnInsert, SelectItem,
+    Statement, TableFactor, UpdateTableFromKind,
+};
+
+use super::{batches_stream, insert_target, values_rows, Output, Session, Txn};
+use crate::command::{op, Op, TableWrite};
+use crate::engine::keyed_name;
+use crate::error::{sqlstate, Error, Result};
+use crate::insert;
+use crate::statement::{self, sqlparser, Parsed};
+use crate::table::{write_kind, Table, KEY_COLUMN};
+
+/// Retries of a statement outside a block that lost a serialization race.
+pub(super) const AUTOCOMMIT_RETRIES: usize = 32;
+
+const ROW_NUMBER: &str = "sluice$n";
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A table-qualified reference to a column of the statement's alias.
+fn column_ref(alias: &str, col: &str) -> String {
+    format!("{}.{}", quote(alias), quote(col))
+}
+
+impl Session {
+    /// The table an INSERT/UPDATE/DELETE targets, if it is a table.
+    pub(super) fn table(&self, name: &str) -> Option<Arc<Table>> {
+        self.engine.catalog.table(name)
+    }
+
+    /// Run a table DML statement; outside a block, retry it when its
+    /// commit loses a serialization race.
+    pub(super) async fn table_dml(&mut self, p: &Parsed, params: &[ScalarValue]) -> Result<Output> {
+        let mut attempt = 0;
+        loop {
+            let r = match p {
+                Parsed::Insert(ins) => self.table_insert(ins, params).await,
+                Parsed::Update(u) => self.table_update(u, params).await,
+                Parsed::Delete(d) => self.table_delete(d, params).await,
+                _ => Err(Error::internal("not a table statement")),
+            };
+            match r {
+                Err(e)
+                    if e.code == sqlstate::SERIALIZATION_FAILURE
+                        && matches!(self.txn, Txn::Idle)
+                        && attempt < AUTOCOMMIT_RETRIES =>
+                {
+                    attempt += 1;
+                    self.tables.reset();
+                    tokio::task::yield_now().await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Buffer the ops in the block (visible to its later reads) or propose
+    /// them now with what the statement read.
+    async fn write_table(&mut self, ops: Vec<Op>) -> Result<()> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let max = self.engine.limits.max_statement_bytes;
+        match &mut self.txn {
+            Txn::Block(b) => {
+                for o in &ops {
+                    if let Some(op::Kind::TableWrite(w)) = &o.kind {
+                        b.bytes += w.key.len() + w.row.len() + w.table.len() + 16;
+                        let row =
+                            (w.kind != write_kind::DELETE).then(|| Arc::from(w.row.as_slice()));
+                        self.tables.record_write(w.table_id, &w.key, row);
+                    }
+                }
+                if b.bytes > max {
+                    return Err(Error::new(
+                        sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                        format!(
+                            "transaction block exceeds the maximum of {max} bytes of writes (max_statement_bytes)"
+                        ),
+                    ));
+                }
+                b.ops.extend(ops);
+                Ok(())
+            }
+            _ => {
+                let snapshot = self.tables.snapshot_index();
+                let reads = self.tables.reads();
+                self.engine.propose_txn(ops, snapshot, reads).await?;
+                Ok(())
+            }
+        }
+    }
+
+    fn write_op(table: &Table, kind: i32, key: Vec<u8>, row: &[ScalarValue]) -> Result<Op> {
+        let row = if kind == write_kind::DELETE {
+            Vec::new()
+        } else {
+            crate::table::codec::encode_row(row)?
+        };
+        Ok(Op {
+            kind: Some(op::Kind::TableWrite(TableWrite {
+                table: table.def.name.clone(),
+                table_id: table.def.id,
+                kind,
+                key,
+                row,
+            })),
+        })
+    }
+
+    /// Rows an INSERT provides, as full rows of the table.
+    async fn insert_rows(
+        &self,
+        table: &Table,
+        ins: &sqlparser::ast::Insert,
+        params: &[ScalarValue],
+    ) -> Result<Vec<Vec<ScalarValue>>> {
+        let targets = table_targets(table, ins)?;
+        let types = &table.types;
+        let mut out = Vec::new();
+        let simple = values_rows(ins).and_then(|rows| {
+            let mut vals = Vec::with_capacity(rows.len());
+            for row in rows {
+                if row.len() != targets.len() {
+                    return Some(Err(Error::syntax(if row.len() > targets.len() {
+                        "INSERT has more expressions than target columns"
+                    } else {
+                        "INSERT has more target columns than expressions"
+                    })));
+                }
+                let mut r = Vec::with_capacity(row.len());
+                for (e, &t) in row.iter().zip(&targets) {
+                    match insert::eval_simple(e, types[t], params)? {
+                        Ok(v) => match types[t].coerce(v) {
+                            Ok(v) => r.push(v),
+                            Err(e) => return Some(Err(e)),
+                        },
+                        Err(e) => return Some(Err(e)),
+                    }
+                }
+                vals.push(r);
+            }
+            Some(Ok(vals))
+        });
+        let provided: Vec<Vec<ScalarValue>> = match simple {
+            Some(rows) => rows?,
+            None => {
+                let Some(source) = &ins.source else {
+                    return Err(Error::unsupported(
+                        "INSERT ... DEFAULT VALUES is not supported",
+                    ));
+                };
+                let batches = self
+                    .collect_query(&Statement::Query(source.clone()), params)
+                    .await?;
+                let mut rows = Vec::new();
+                for b in batches {
+                    if b.num_columns() != targets.len() {
+                        return Err(Error::syntax(if b.num_columns() > targets.len() {
+                            "INSERT has more expressions than target columns"
+                        } else {
+                            "INSERT has more target columns than expressions"
+                        }));
+                    }
+                    let cols: Vec<ArrayRef> = b
+                        .columns()
+                        .iter()
+                        .zip(&targets)
+                        .map(|(c, &t)| cast_to(c, table, t))
+                        .collect::<Result<_>>()?;
+                    for i in 0..b.num_rows() {
+                        rows.push(
+                            cols.iter()
+                                .map(|c| ScalarValue::try_from_array(c, i))
+                                .collect::<std::result::Result<Vec<_>, _>>()?,
+                        );
+                    }
+                }
+                rows
+            }
+        };
+        for p in provided {
+            let mut row: Vec<ScalarValue> = types
+                .iter()
+                .map(|t| ScalarValue::try_from(&t.arrow_type()))
+                .collect::<std::result::Result<_, _>>()?;
+            for (v, &t) in p.into_iter().zip(&targets) {
+                row[t] = v;
+            }
+            table.check_not_null(&row)?;
+            check_row_size(&row, self.engine.limits.max_row_bytes)?;
+            out.push(row);
+        }
+        Ok(out)
+    }
+
+    async fn table_insert(
+        &mut self,
+        ins: &sqlparser::ast::Insert,
+        params: &[ScalarValue],
+    ) -> Result<Output> {
+        let name = insert_target(ins)?;
+        let table = self
+            .table(&name)
+            .ok_or_else(|| Error::undefined_table(&name))?;
+        let alias = ins
+            .table_alias
+            .as_ref()
+            .map(|a| statement::normalize_ident(&a.alias))
+            .unwrap_or_else(|| name.clone());
+        let rows = self.insert_rows(&table, ins, params).await?;
+        let conflict = match &ins.on {
+            None => None,
+            Some(OnInsert::OnConflict(c)) => {
+                check_conflict_target(&table, c.conflict_target.as_ref())?;
+                Some(&c.action)
+            }
+            Some(other) => {
+                return Err(Error::unsupported(format!(
+                    "{other} is not supported; use ON CONFLICT"
+                )))
+            }
+        };
+        let mut ops = Vec::new();
+        let mut result_rows = Vec::new();
+        let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        let mut to_update: Vec<(Vec<u8>, Vec<ScalarValue>, Vec<ScalarValue>)> = Vec::new();
+        for row in rows {
+            let key = match table.key_of(&row)? {
+                Some(k) => k,
+                None => self.engine.next_row_id(),
+            };
+            match conflict {
+                None => {
+                    if seen.contains(&key) || self.tables.peek(&self.engine.tables, &table, &key)? {
+                        return Err(table.duplicate(&row));
+                    }
+                }
+                Some(OnConflictAction::DoNothing) => {
+                    if seen.contains(&key)
+                        || self
+                            .tables
+                            .get(&self.engine.tables, &table, &key)?
+                            .is_some()
+                    {
+                        continue;
+                    }
+                }
+                Some(OnConflictAction::DoUpdate(_)) => {
+                    if seen.contains(&key) {
+                        return Err(Error::new(
+                            sqlstate::CARDINALITY_VIOLATION,
+                            "ON CONFLICT DO UPDATE command cannot affect row a second time",
+                        )
+                        .with_detail("Ensure that no rows proposed for insertion within the same command have duplicate constrained values."));
+                    }
+                    if let Some(existing) = self.tables.get(&self.engine.tables, &table, &key)? {
+                        seen.insert(key.clone());
+                        to_update.push((key, existing, row));
+                        continue;
+                    }
+                }
+            }
+            seen.insert(key.clone());
+            ops.push(Self::write_op(&table, write_kind::INSERT, key, &row)?);
+            result_rows.push(row);
+        }
+        if let Some(OnConflictAction::DoUpdate(du)) = conflict {
+            if !to_update.is_empty() {
+                let updated = self
+                    .eval_upsert(&table, &alias, &to_update, du, params)
+                    .await?;
+                for (key, new_row) in updated {
+                    table.check_not_null(&new_row)?;
+                    match table.key_of(&new_row)? {
+                        Some(k) if k != key => {
+                            if self.tables.peek(&self.engine.tables, &table, &k)? {
+                                return Err(table.duplicate(&new_row));
+                            }
+                            ops.push(Self::write_op(&table, write_kind::DELETE, key, &[])?);
+                            ops.push(Self::write_op(&table, write_kind::INSERT, k, &new_row)?);
+                        }
+                        _ => ops.push(Self::write_op(&table, write_kind::PUT, key, &new_row)?),
+                    }
+                    result_rows.push(new_row);
+                }
+            }
+        }
+        let n = result_rows.len();
+        self.write_table(ops).await?;
+        match &ins.returning {
+            None => Ok(Output::Tag(format!("INSERT 0 {n}"))),
+            Some(items) => {
+                self.table_returning(&table, &alias, result_rows, items, params, "INSERT 0")
+                    .await
+            }
+        }
+    }
+
+    /// Evaluate `DO UPDATE SET ... [WHERE ...]` for rows whose key exists:
+    /// (key, existing, proposed) → (key, new row) for those the WHERE keeps.
+    async fn eval_upsert(
+        &self,
+        table: &Table,
+        alias: &str,
+        pairs: &[(Vec<u8>, Vec<ScalarValue>, Vec<ScalarValue>)],
+        du: &sqlparser::ast::DoUpdate,
+        params: &[ScalarValue],
+    ) -> Result<Vec<(Vec<u8>, Vec<ScalarValue>)>> {
+        let ctx = SessionContext::new();
+        let existing: Vec<Vec<ScalarValue>> = pairs.iter().map(|(_, e, _)| e.clone()).collect();
+        let proposed: Vec<Vec<ScalarValue>> = pairs.iter().map(|(_, _, p)| p.clone()).collect();
+        ctx.register_table(alias, numbered_table(table, existing)?)?;
+        ctx.register_table("excluded", numbered_table(table, proposed)?)?;
+        let assigned = assignments(table, &du.assignments)?;
+        let exprs: Vec<String> = table
+            .def
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match assigned.iter().find(|(t, _)| *t == i) {
+                Some((_, e)) => format!("{e} AS {}", quote(&c.name)),
+                None => column_ref(alias, &c.name),
+            })
+            .collect();
+        let mut sql = format!(
+            "SELECT {}, {} FROM {} JOIN excluded ON {} = excluded.{}",
+            column_ref(alias, ROW_NUMBER),
+            exprs.join(", "),
+            quote(alias),
+            column_ref(alias, ROW_NUMBER),
+            quote(ROW_NUMBER)
+        );
+        if let Some(w) = &du.selection {
+            sql.push_str(&format!(" WHERE {w}"));
+        }
+        let batches = run_sql(&ctx, &sql, params).await?;
+        let mut out = Vec::new();
+        for b in batches {
+            let n = b
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .ok_or_else(|| Error::internal("row number is not int8"))?
+                .clone();
+            let cols = (0..table.types.len())
+                .map(|t| cast_to(b.column(t + 1), table, t))
+                .collect::<Result<Vec<_>>>()?;
+            for i in 0..b.num_rows() {
+                let row = cols
+                    .iter()
+                    .map(|c| ScalarValue::try_from_array(c, i))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                let k = pairs[n.value(i) as usize].0.clone();
+                out.push((k, row));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn table_update(
+        &mut self,
+        u: &sqlparser::ast::Update,
+        params: &[ScalarValue],
+    ) -> Result<Output> {
+        let (name, alias) = update_target(&u.table.relation)?;
+        let table = self
+            .table(&name)
+            .ok_or_else(|| Error::undefined_table(&name))?;
+        let sql = update_sql(&table, &alias, u)?;
+        let rows = self.keyed_rows(&table, &sql, params).await?;
+        let mut ops = Vec::new();
+        let mut done: HashSet<Vec<u8>> = HashSet::new();
+        let mut new_keys: HashSet<Vec<u8>> = HashSet::new();
+        let mut result = Vec::new();
+        for (key, row) in rows {
+            if !done.insert(key.clone()) {
+                continue;
+            }
+            table.check_not_null(&row)?;
+            check_row_size(&row, self.engine.limits.max_row_bytes)?;
+            match table.key_of(&row)? {
+                Some(k) if k != key => {
+                    if !new_keys.insert(k.clone())
+                        || (!done.contains(&k)
+                            && self.tables.peek(&self.engine.tables, &table, &k)?)
+                    {
+                        return Err(table.duplicate(&row));
+                    }
+                    ops.push(Self::write_op(&table, write_kind::DELETE, key, &[])?);
+                    ops.push(Self::write_op(&table, write_kind::INSERT, k, &row)?);
+                }
+                _ => {
+                    if new_keys.contains(&key) {
+                        return Err(table.duplicate(&row));
+                    }
+                    ops.push(Self::write_op(&table, write_kind::PUT, key, &row)?)
+                }
+            }
+            result.push(row);
+        }
+        let n = result.len();
+        self.write_table(ops).await?;
+        match &u.returning {
+            None => Ok(Output::Tag(format!("UPDATE {n}"))),
+            Some(items) => {
+                self.table_returning(&table, &alias, result, items, params, "UPDATE")
+                    .await
+            }
+        }
+    }
+
+    async fn table_delete(
+        &mut self,
+        d: &sqlparser::ast::Delete,
+        params: &[ScalarValue],
+    ) -> Result<Output> {
+        let (name, alias, _) = delete_target(d)?;
+        let table = self
+            .table(&name)
+            .ok_or_else(|| Error::undefined_table(&name))?;
+        let sql = delete_sql(&table, &alias, d)?;
+        let rows = self.keyed_rows(&table, &sql, params).await?;
+        let mut ops = Vec::new();
+        let mut done: HashSet<Vec<u8>> = HashSet::new();
+        let mut result = Vec::new();
+        for (key, row) in rows {
+            if done.insert(key.clone()) {
+                ops.push(Self::write_op(&table, write_kind::DELETE, key, &[])?);
+                result.push(row);
+            }
+        }
+        let n = result.len();
+        self.write_table(ops).await?;
+        match &d.returning {
+            None => Ok(Output::Tag(format!("DELETE {n}"))),
+            Some(items) => {
+                self.table_returning(&table, &alias, result, items, params, "DELETE")
+                    .await
+            }
+        }
+    }
+
+    /// Run a query over the keyed view: (stored key, new row) per row.
+    async fn keyed_rows(
+        &self,
+        table: &Table,
+        sql: &str,
+        params: &[ScalarValue],
+    ) -> Result<Vec<(Vec<u8>, Vec<ScalarValue>)>> {
+        let parsed = statement::parse(sql)?;
+        let Some(Parsed::Query(q)) = parsed.into_iter().next() else {
+            return Err(Error::internal("generated query did not parse as a query"));
+        };
+        let batches = self.collect_query(&q, params).await?;
+        let mut out = Vec::new();
+        for b in batches {
+            let keys = b
+                .column(0)
+                .as_any()
+                .downcast_ref::<BinaryArray>()
+                .ok_or_else(|| Error::internal("key column is not bytea"))?
+                .clone();
+            let cols = (0..table.types.len())
+                .map(|t| cast_to(b.column(t + 1), table, t))
+                .collect::<Result<Vec<_>>>()?;
+            for i in 0..b.num_rows() {
+                let row = cols
+                    .iter()
+                    .map(|c| ScalarValue::try_from_array(c, i))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                out.push((keys.value(i).to_vec(), row));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Parameter types and result columns of a table UPDATE or DELETE:
+    /// `SET col = $n` takes the column's type, the rest what planning the
+    /// keyed query infers (`WHERE k = $n`).
+    pub(super) async fn describe_table_change(&self, p: &Parsed) -> Result<super::Description> {
+        let (table, alias, sql, set, returning) = match p {
+            Parsed::Update(u) => {
+                let (name, alias) = update_target(&u.table.relation)?;
+                let table = self
+                    .table(&name)
+                    .ok_or_else(|| Error::undefined_table(&name))?;
+                let sql = update_sql(&table, &alias, u)?;
+                let set = assignments(&table, &u.assignments)?;
+                (table, alias, sql, set, &u.returning)
+            }
+            Parsed::Delete(d) => {
+                let (name, alias, _) = delete_target(d)?;
+                let table = self
+                    .table(&name)
+                    .ok_or_else(|| Error::undefined_table(&name))?;
+                let sql = delete_sql(&table, &alias, d)?;
+                (table, alias, sql, vec![], &d.returning)
+            }
+            _ => return Err(Error::internal("not a table UPDATE or DELETE")),
+        };
+        let mut params = Vec::new();
+        let values: Vec<Expr> = set.iter().map(|(_, e)| e.clone()).collect();
+        let types: Vec<crate::types::ColumnType> =
+            set.iter().map(|(i, _)| table.types[*i]).collect();
+        insert::infer_param_types(&[&values], &types, &mut params);
+        let parsed = statement::parse(&sql)?;
+        if let Some(Parsed::Query(q)) = parsed.first() {
+            let plan = self.plan(q).await?;
+            for (name, field) in plan.get_parameter_fields()? {
+                if let Ok(i) = name.trim_start_matches('$').parse::<usize>() {
+                    if i == 0 {
+                        continue;
+                    }
+                    if params.len() < i {
+                        params.resize(i, None);
+                    }
+                    if params[i - 1].is_none() {
+                        params[i - 1] = field
+                            .as_deref()
+                            .and_then(crate::types::ColumnType::of_field);
+                    }
+                }
+            }
+            for (i, t) in statement::cast_param_types(q) {
+                if let Some(slot @ None) = params.get_mut(i.wrapping_sub(1)) {
+                    *slot = Some(t);
+                }
+            }
+        }
+        let schema = match returning {
+            Some(items) => Some(self.table_returning_schema(&table, &alias, items).await?),
+            None => None,
+        };
+        Ok(super::Description { params, schema })
+    }
+
+    /// Plan and run a statement in this session's context, collecting rows.
+    pub(super) async fn collect_query(
+        &self,
+        stmt: &Statement,
+        params: &[ScalarValue],
+    ) -> Result<Vec<RecordBatch>> {
+        let mut plan = self.plan(stmt).await?;
+        if !params.is_empty() {
+            plan = plan.with_param_values(params.to_vec())?;
+        }
+        let df = self.ctx.execute_logical_plan(plan).await?;
+        Ok(df.collect().await?)
+    }
+
+    /// RETURNING over the rows a statement wrote (or deleted).
+    async fn table_returning(
+        &self,
+        table: &Table,
+        alias: &str,
+        rows: Vec<Vec<ScalarValue>>,
+        items: &[SelectItem],
+        params: &[ScalarValue],
+        tag: &str,
+    ) -> Result<Output> {
+        let ctx = SessionContext::new();
+        let batch = rows_batch(table.schema.clone(), table, rows)?;
+        ctx.register_table(
+            alias,
+            Arc::new(MemTable::try_new(table.schema.clone(), vec![vec![batch]])?),
+        )?;
+        let list = items
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!("SELECT {list} FROM {}", quote(alias));
+        let parsed = statement::parse(&sql)?;
+        let Some(Parsed::Query(q)) = parsed.into_iter().next() else {
+            return Err(Error::internal("RETURNING did not parse"));
+        };
+        let mut plan = ctx
+            .state()
+            .statement_to_plan(DFStatement::Statement(q))
+            .await?;
+        if !params.is_empty() {
+            plan = plan.with_param_values(params.to_vec())?;
+        }
+        let df = ctx.execute_logical_plan(plan).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let batches = df.collect().await?;
+        Ok(Output::Rows {
+            schema: schema.clone(),
+            stream: batches_stream(schema, batches),
+            tag: tag.into(),
+        })
+    }
+
+    /// Result columns of `RETURNING items` for a table (Describe).
+    pub(super) async fn table_returning_schema(
+        &self,
+        table: &Table,
+        alias: &str,
+        items: &[SelectItem],
+    ) -> Result<SchemaRef> {
+        let ctx = SessionContext::new();
+        ctx.register_table(
+            alias,
+            Arc::new(MemTable::try_new(table.schema.clone(), vec![vec![]])?),
+        )?;
+        let list = items
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let parsed = statement::parse(&format!("SELECT {list} FROM {}", quote(alias)))?;
+        let Some(Parsed::Query(q)) = parsed.into_iter().next() else {
+            return Err(Error::internal("RETURNING did not parse"));
+        };
+        let plan = ctx
+            .state()
+            .statement_to_plan(DFStatement::Statement(q))
+            .await?;
+        Ok(Arc::new(plan.schema().as_arrow().clone()))
+    }
+}
+
+/// The keyed-view query behind `UPDATE`: each target row's key and its
+/// new values.
+fn update_sql(table: &Table, alias: &str, u: &sqlparser::ast::Update) -> Result<String> {
+    if !u.table.joins.is_empty() {
+        return Err(Error::unsupported(
+            "UPDATE with JOIN is not supported; use FROM",
+        ));
+    }
+    let assigned = assignments(table, &u.assignments)?;
+    let exprs: Vec<String> = table
+        .def
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| match assigned.iter().find(|(t, _)| *t == i) {
+            Some((_, e)) => format!("{e} AS {}", quote(&c.name)),
+            None => column_ref(alias, &c.name),
+        })
+        .collect();
+    let from = match &u.from {
+        Some(UpdateTableFromKind::AfterSet(f)) | Some(UpdateTableFromKind::BeforeSet(f)) => {
+            f.iter().map(|t| format!(", {t}")).collect::<String>()
+        }
+        None => String::new(),
+    };
+    Ok(format!(
+        "SELECT {}, {} FROM {} AS {}{from}{}",
+        column_ref(alias, KEY_COLUMN),
+        exprs.join(", "),
+        quote(&keyed_name(&table.def.name)),
+        quote(alias),
+        u.selection
+            .as_ref()
+            .map(|w| format!(" WHERE {w}"))
+            .unwrap_or_default()
+    ))
+}
+
+/// The keyed-view query behind `DELETE`: each target row's key and values.
+fn delete_sql(table: &Table, alias: &str, d: &sqlparser::ast::Delete) -> Result<String> {
+    let (_, _, using) = delete_target(d)?;
+    let cols: Vec<String> = table
+        .def
+        .columns
+        .iter()
+        .map(|c| column_ref(alias, &c.name))
+        .collect();
+    Ok(format!(
+        "SELECT {}, {} FROM {} AS {}{using}{}",
+        column_ref(alias, KEY_COLUMN),
+        cols.join(", "),
+        quote(&keyed_name(&table.def.name)),
+        quote(alias),
+        d.selection
+            .as_ref()
+            .map(|w| format!(" WHERE {w}"))
+            .unwrap_or_default()
+    ))
+}
+
+async fn run_sql(
+    ctx: &SessionContext,
+    sql: &str,
+    params: &[ScalarValue],
+) -> Result<Vec<RecordBatch>> {
+    let parsed = statement::parse(sql)?;
+    let Some(Parsed::Query(q)) = parsed.into_iter().next() else {
+        return Err(Error::internal("generated query did not parse as a query"));
+    };
+    let mut plan = ctx
+        .state()
+        .statement_to_plan(DFStatement::Statement(q))
+        .await?;
+    if !params.is_empty() {
+        plan = plan.with_param_values(params.to_vec())?;
+    }
+    Ok(ctx.execute_logical_plan(plan).await?.collect().await?)
+}
+
+/// An array as column `t` of the table: cast and validated.
+fn cast_to(a: &ArrayRef, table: &Table, t: usize) -> Result<ArrayRef> {
+    let ty = table.types[t];
+    let want = ty.arrow_type();
+    let a = if a.data_type() != &want {
+        arrow::compute::cast(a, &want).map_err(|_| {
+            Error::new(
+                sqlstate::DATATYPE_MISMATCH,
+                format!(
+                    "column \"{}\" is of type {} but expression is of type {}",
+                    table.def.columns[t].name,
+                    ty.sql_name(),
+                    crate::types::ColumnType::of_arrow(a.data_type())
+                        .map(|c| c.sql_name())
+                        .unwrap_or_else(|| a.data_type().to_string())
+                ),
+            )
+        })?
+    } else {
+        a.clone()
+    };
+    ty.validate_array(&a)
+}
+
+fn rows_batch(
+    schema: SchemaRef,
+    table: &Table,
+    rows: Vec<Vec<ScalarValue>>,
+) -> Result<RecordBatch> {
+    let cols = crate::table::codec::rows_to_arrays(rows, &table.types)?;
+    Ok(RecordBatch::try_new(schema, cols)?)
+}
+
+/// A MemTable of rows plus their position, for joining existing rows with
+/// the proposed (`excluded`) ones.
+fn numbered_table(table: &Table, rows: Vec<Vec<ScalarValue>>) -> Result<Arc<MemTable>> {
+    let n = rows.len() as i64;
+    let mut fields: Vec<Field> = table
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(ROW_NUMBER, DataType::Int64, false));
+    let schema = Arc::new(Schema::new(fields));
+    let mut cols = crate::table::codec::rows_to_arrays(rows, &table.types)?;
+    cols.push(Arc::new(Int64Array::from_iter_values(0..n)));
+    let batch = RecordBatch::try_new(schema.clone(), cols)?;
+    Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+}
+
+/// Column positions and value expressions of `SET col = expr, ...`.
+fn assignments(table: &Table, list: &[sqlparser::ast::Assignment]) -> Result<Vec<(usize, Expr)>> {
+    let mut out: Vec<(usize, Expr)> = Vec::new();
+    for a in list {
+        let AssignmentTarget::ColumnName(n) = &a.target else {
+            return Err(Error::unsupported(
+                "multiple-column assignment (a, b) = (...) is not supported",
+            ));
+        };
+        let col = statement::table_name(n);
+        let i = table
+            .def
+            .columns
+            .iter()
+            .position(|c| c.name == col)
+            .ok_or_else(|| {
+                Error::new(
+                    sqlstate::UNDEFINED_COLUMN,
+                    format!(
+                        "column \"{col}\" of relation \"{}\" does not exist",
+                        table.def.name
+                    ),
+                )
+            })?;
+        if out.iter().any(|(t, _)| *t == i) {
+            return Err(Error::new(
+                "42601",
+                format!("multiple assignments to same column \"{col}\""),
+            ));
+        }
+        out.push((i, a.value.clone()));
+    }
+    Ok(out)
+}
+
+/// Positions of the INSERT's target columns (all columns if none named).
+pub(super) fn table_targets(table: &Table, ins: &sqlparser::ast::Insert) -> Result<Vec<usize>> {
+    if ins.columns.is_empty() {
+        return Ok((0..table.def.columns.len()).collect());
+    }
+    let mut out = Vec::with_capacity(ins.columns.len());
+    for c in &ins.columns {
+        let n = statement::table_name(c);
+        let i = table
+            .def
+            .columns
+            .iter()
+            .position(|col| col.name == n)
+            .ok_or_else(|| {
+                Error::new(
+                    sqlstate::UNDEFINED_COLUMN,
+                    format!(
+                        "column \"{n}\" of relation \"{}\" does not exist",
+                        table.def.name
+                    ),
+                )
+            })?;
+        if out.contains(&i) {
+            return Err(Error::new(
+                sqlstate::DUPLICATE_COLUMN,
+                format!("column \"{n}\" specified more than once"),
+            ));
+        }
+        out.push(i);
+    }
+    Ok(out)
+}
+
+/// ON CONFLICT must name the primary key (its columns, or its constraint).
+fn check_conflict_target(table: &Table, target: Option<&ConflictTarget>) -> Result<()> {
+    let no_match = || {
+        Error::new(
+            sqlstate::INVALID_COLUMN_REFERENCE,
+            "there is no unique or exclusion constraint matching the ON CONFLICT specification",
+        )
+    };
+    if table.def.primary_key.is_empty() {
+        return match target {
+            None => Ok(()),
+            Some(_) => Err(no_match()),
+        };
+    }
+    match target {
+        None => Ok(()),
+        Some(ConflictTarget::Columns(cols)) => {
+            let mut named: Vec<String> = cols.iter().map(statement::normalize_ident).collect();
+            let mut key: Vec<String> = table
+                .def
+                .primary_key
+                .iter()
+                .map(|&i| table.def.columns[i].name.clone())
+                .collect();
+            named.sort();
+            named.dedup();
+            key.sort();
+            if named == key {
+                Ok(())
+            } else {
+                Err(no_match())
+            }
+        }
+        Some(ConflictTarget::OnConstraint(n)) => {
+            let name = statement::table_name(n);
+            if name == table.constraint_name() {
+                Ok(())
+            } else {
+                Err(Error::new(
+                    sqlstate::UNDEFINED_OBJECT,
+                    format!(
+                        "constraint \"{name}\" for table \"{}\" does not exist",
+                        table.def.name
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+/// Table name and alias of `UPDATE t [AS a]`.
+fn update_target(f: &TableFactor) -> Result<(String, String)> {
+    match f {
+        TableFactor::Table { name, alias, .. } => {
+            let n = statement::table_name(name);
+            let a = alias
+                .as_ref()
+                .map(|a| statement::normalize_ident(&a.name))
+                .unwrap_or_else(|| n.clone());
+            Ok((n, a))
+        }
+        other => Err(Error::unsupported(format!(
+            "UPDATE of {other} is not supported"
+        ))),
+    }
+}
+
+/// The target name, its alias and a `, <using tables>` suffix of a DELETE.
+pub(super) fn delete_target(d: &sqlparser::ast::Delete) -> Result<(String, String, String)> {
+    let from = match &d.from {
+        FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => f,
+    };
+    let Some(first) = from.first() else {
+        return Err(Error::syntax("DELETE without a table"));
+    };
+    if from.len() > 1 || !first.joins.is_empty() {
+        return Err(Error::unsupported(
+            "DELETE from several tables is not supported; use USING",
+        ));
+    }
+    let (name, alias) = update_target(&first.relation)?;
+    let using = d
+        .using
+        .as_ref()
+        .map(|u| u.iter().map(|t| format!(", {t}")).collect::<String>())
+        .unwrap_or_default();
+    Ok((name, alias, using))
+}
+
+fn check_row_size(row: &[ScalarValue], max: usize) -> Result<()> {
+    let size: usize = row.iter().map(|v| v.size()).sum();
+    if size > max {
+        return Err(Error::new(
+            sqlstate::PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "row of {size} bytes exceeds the maximum row size of {max} bytes (max_row_bytes)"
+            ),
+        ));
+    }
+    Ok(())
+}
