@@ -301,7 +301,10 @@ impl SchemaProvider for LiveSchema {
             return Ok(None);
         };
         if let Some(stream) = engine.catalog.get(name) {
-            return Ok(Some(Arc::new(StreamTable::new(stream))));
+            let pending = self.txn.pending_appends(stream.def.id);
+            return Ok(Some(Arc::new(
+                StreamTable::new(stream).with_pending(pending),
+            )));
         }
         let (keyed, table_name) = match name.strip_prefix(KEYED_PREFIX) {
             Some(t) => (true, t),

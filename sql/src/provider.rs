@@ -36,11 +36,22 @@ use crate::error::Error;
 #[derive(Debug)]
 pub struct StreamTable {
     stream: Arc<Stream>,
+    /// Rows the reading transaction appended but has not committed (user
+    /// columns): scanned after the committed rows, `offset`/`ts` NULL.
+    pending: Vec<RecordBatch>,
 }
 
 impl StreamTable {
     pub fn new(stream: Arc<Stream>) -> StreamTable {
-        StreamTable { stream }
+        StreamTable {
+            stream,
+            pending: Vec::new(),
+        }
+    }
+
+    pub fn with_pending(mut self, pending: Vec<RecordBatch>) -> StreamTable {
+        self.pending = pending;
+        self
     }
 }
 
@@ -243,10 +254,17 @@ impl TableProvider for StreamTable {
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let bounds = ScanBounds::from_filters(filters);
         let snapshot_end = self.stream.log.next_offset();
+        let pending = self
+            .pending
+            .iter()
+            .map(|b| uncommitted_rows(&self.stream, b))
+            .collect::<Result<Vec<_>, Error>>()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let partition = SegmentScan {
             stream: self.stream.clone(),
             bounds,
             end: snapshot_end,
+            pending,
         };
         // Rows come out in offset order: say so when `offset` is projected,
         // so `ORDER BY offset` (tails, consumers) needs no sort.
@@ -305,6 +323,8 @@ struct SegmentScan {
     stream: Arc<Stream>,
     bounds: ScanBounds,
     end: u64,
+    /// The transaction's own uncommitted rows (full schema), after the rest.
+    pending: Vec<RecordBatch>,
 }
 
 impl PartitionStream for SegmentScan {
@@ -330,7 +350,11 @@ impl PartitionStream for SegmentScan {
         let batches = futures::stream::iter(metas).map(move |m| {
             read_frame(&stream, &m, from, to).map_err(|e| DataFusionError::External(Box::new(e)))
         });
-        Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+        let pending = futures::stream::iter(self.pending.clone().into_iter().map(Ok));
+        Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            batches.chain(pending),
+        ))
     }
 }
 
@@ -353,6 +377,18 @@ pub fn read_frame(
     } else {
         batch.slice(start, end.saturating_sub(start))
     })
+}
+
+/// Uncommitted rows as the full schema: `offset` and `ts` are NULL (COMMIT
+/// assigns them).
+fn uncommitted_rows(stream: &Stream, user: &RecordBatch) -> Result<RecordBatch, Error> {
+    let n = user.num_rows();
+    let mut cols = vec![
+        arrow::array::new_null_array(&arrow::datatypes::DataType::Int64, n),
+        arrow::array::new_null_array(&crate::catalog::ts_type(), n),
+    ];
+    cols.extend(user.columns().iter().cloned());
+    Ok(RecordBatch::try_new(stream.full_schema.clone(), cols)?)
 }
 
 /// Prepend `offset` (base..base+n) and `ts` columns to a batch of user columns.

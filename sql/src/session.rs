@@ -503,7 +503,10 @@ impl Session {
                 b.ops.truncate(ops);
                 b.bytes = bytes;
                 b.savepoints.truncate(at + 1);
-                self.tables.rebuild_overlay(&b.ops);
+                if let Err(e) = self.tables.rebuild_overlay(&b.ops) {
+                    self.txn = Txn::Failed(b);
+                    return Err(e);
+                }
                 self.notify.pending.lock().truncate(notifications);
                 self.txn = Txn::Block(b);
                 Ok(Output::Tag("ROLLBACK".into()))
@@ -989,6 +992,7 @@ impl Session {
                 }
                 *bytes += size;
                 ops.push(op);
+                self.tables.record_append(stream.def.id, batch.clone());
                 Ok(None)
             }
             _ => {

@@ -212,8 +212,6 @@ def test_transaction_commit_and_rollback(pg2, pg2_autocommit):
     assert fetch(pg2_autocommit, "SELECT max(offset) FROM t") == [(3,)]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7: reads inside BEGIN do not see the block's own "
-                   "buffered appends yet (offsets are assigned at COMMIT)")
 def test_transaction_reads_its_own_appends(pg2, pg2_autocommit):
     """As in PostgreSQL, a transaction sees the rows it has written."""
     with pg2_autocommit.cursor() as cur:

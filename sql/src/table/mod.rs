@@ -185,6 +185,10 @@ struct TxnInner {
     snapshot: Option<Snapshot>,
     reads: Vec<TableRead>,
     overlay: Overlay,
+    /// Appends buffered in the block (stream id, user columns): scans of
+    /// the stream inside the block show them, with `offset` and `ts` NULL
+    /// until COMMIT assigns them.
+    appends: Vec<(u64, arrow::array::RecordBatch)>,
 }
 
 /// Rows a reader sees: key and decoded values.
@@ -214,19 +218,44 @@ impl TxnTables {
         self.inner.lock().reads.len()
     }
 
-    /// Back to a savepoint: its reads stay (they were made), the overlay is
-    /// rebuilt from the ops that remain.
-    pub fn rebuild_overlay(&self, ops: &[Op]) {
+    /// Back to a savepoint: its reads stay (they were made), the overlay
+    /// and the pending appends are rebuilt from the ops that remain.
+    pub fn rebuild_overlay(&self, ops: &[Op]) -> Result<()> {
         let mut inner = self.inner.lock();
         inner.overlay.clear();
+        inner.appends.clear();
         for o in ops {
-            if let Some(op::Kind::TableWrite(w)) = &o.kind {
-                inner.overlay.insert(
-                    (w.table_id, w.key.clone()),
-                    (w.kind != write_kind::DELETE).then(|| Arc::from(w.row.as_slice())),
-                );
+            match &o.kind {
+                Some(op::Kind::TableWrite(w)) => {
+                    inner.overlay.insert(
+                        (w.table_id, w.key.clone()),
+                        (w.kind != write_kind::DELETE).then(|| Arc::from(w.row.as_slice())),
+                    );
+                }
+                Some(op::Kind::Append(a)) => {
+                    let batch = crate::insert::decode_ipc(&a.ipc)?;
+                    inner.appends.push((a.stream_id, batch));
+                }
+                _ => {}
             }
         }
+        Ok(())
+    }
+
+    /// Record an append buffered in the block.
+    pub fn record_append(&self, stream: u64, batch: arrow::array::RecordBatch) {
+        self.inner.lock().appends.push((stream, batch));
+    }
+
+    /// The block's buffered appends to a stream, in order.
+    pub fn pending_appends(&self, stream: u64) -> Vec<arrow::array::RecordBatch> {
+        self.inner
+            .lock()
+            .appends
+            .iter()
+            .filter(|(s, _)| *s == stream)
+            .map(|(_, b)| b.clone())
+            .collect()
     }
 
     /// Record a write so later reads in the transaction see it.

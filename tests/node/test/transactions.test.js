@@ -46,8 +46,8 @@ describe('transactions through node-postgres', { timeout: TEST_TIMEOUT_MS }, () 
     assert.deepEqual(offsets.rows.map((r) => r.offset), ['0', '1', '2']);
   }));
 
-  // issue 7: reads inside BEGIN do not see the block's own buffered appends yet
-  test('a transaction reads its own uncommitted rows', { todo: 'issue 7: read-your-writes in a block' }, withWriter(async (writer) => {
+  // Offsets and ts of the block's own rows are NULL until COMMIT assigns them.
+  test('a transaction reads its own uncommitted rows', withWriter(async (writer) => {
     await writer.query('CREATE STREAM own_rows (body text)');
     await writer.query('INSERT INTO own_rows VALUES ($1)', ['before']);
     await writer.query('BEGIN');

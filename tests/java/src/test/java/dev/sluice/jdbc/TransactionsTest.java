@@ -99,7 +99,6 @@ class TransactionsTest extends ServerTest {
   }
 
   @Test
-  @org.junit.jupiter.api.Disabled("issue 7: reads inside BEGIN do not see the block's own buffered appends yet")
   void transactionReadsItsOwnRows() throws Exception {
     try (Connection writer = connect()) {
       execute(writer, "CREATE STREAM own_rows (body text)");
