@@ -56,6 +56,8 @@ pub struct Write {
 }
 
 type DeltaKey = (u64, Vec<u8>);
+/// A table's rows in redb, open in a write transaction.
+type RowTable<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
 
 /// A consistent read view of every table at one applied index.
 #[derive(Clone)]
@@ -276,7 +278,7 @@ impl TableStore {
         let live = self.snapshot();
         let txn = self.db.begin_write().map_err(storage_err)?;
         {
-            let mut current: Option<(u64, redb::Table<&[u8], &[u8]>)> = None;
+            let mut current: Option<(u64, RowTable)> = None;
             for ((table, key), v) in live.delta.iter() {
                 if current.as_ref().map(|(t, _)| t) != Some(table) {
                     let name = redb_name(*table);
