@@ -34,6 +34,7 @@ pub mod sqlstate {
     pub const IN_FAILED_TRANSACTION: &str = "25P02";
     pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
     pub const NO_ACTIVE_SQL_TRANSACTION: &str = "25P01";
+    pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
     pub const INVALID_SAVEPOINT: &str = "3B001";
     pub const INVALID_CURSOR_NAME: &str = "34000";
     pub const INVALID_PARAMETER_VALUE: &str = "22023";

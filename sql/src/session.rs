@@ -118,6 +118,8 @@ struct Block {
     ops: Vec<Op>,
     bytes: usize,
     savepoints: Vec<SavepointMark>,
+    /// `BEGIN READ ONLY`: writes fail with 25006.
+    read_only: bool,
 }
 
 /// How much of the block (writes, pending notifications) a savepoint keeps.
@@ -351,6 +353,27 @@ impl Session {
     }
 
     async fn execute_inner(&mut self, p: &Parsed, params: &[ScalarValue]) -> Result<Output> {
+        if let Txn::Block(Block {
+            read_only: true, ..
+        }) = &self.txn
+        {
+            let verb = match p {
+                Parsed::Insert(_) => Some("INSERT"),
+                Parsed::Update(_) => Some("UPDATE"),
+                Parsed::Delete(_) => Some("DELETE"),
+                Parsed::CopyFrom(_) => Some("COPY FROM"),
+                Parsed::CreateStream { .. } => Some("CREATE STREAM"),
+                Parsed::CreateTable { .. } => Some("CREATE TABLE"),
+                Parsed::DropStream { .. } => Some("DROP"),
+                _ => None,
+            };
+            if let Some(verb) = verb {
+                return Err(Error::new(
+                    sqlstate::READ_ONLY_SQL_TRANSACTION,
+                    format!("cannot execute {verb} in a read-only transaction"),
+                ));
+            }
+        }
         match p {
             Parsed::Query(stmt) => self.query(stmt, params).await,
             Parsed::Insert(ins) if self.table(&insert_target(ins)?).is_some() => {
@@ -419,11 +442,14 @@ impl Session {
                 self.table_dml(p, params).await
             }
             Parsed::Delete(d) => self.delete(d).await,
-            Parsed::Begin => {
+            Parsed::Begin { read_only } => {
                 match self.txn {
                     Txn::Idle => {
                         self.tables.reset();
-                        self.txn = Txn::Block(Block::default());
+                        self.txn = Txn::Block(Block {
+                            read_only: *read_only,
+                            ..Block::default()
+                        });
                         self.notify.in_block.store(true, Ordering::Release);
                     }
                     _ => tracing::debug!("BEGIN inside a transaction block ignored"),

@@ -46,7 +46,11 @@ pub enum Parsed {
     },
     Delete(Box<sqlparser::ast::Delete>),
     Update(Box<sqlparser::ast::Update>),
-    Begin,
+    /// `BEGIN` / `START TRANSACTION` (every transaction is serializable;
+    /// `READ ONLY` refuses writes).
+    Begin {
+        read_only: bool,
+    },
     Commit,
     Rollback,
     /// `SAVEPOINT name`, `RELEASE [SAVEPOINT] name`, `ROLLBACK TO [SAVEPOINT] name`.
@@ -392,7 +396,16 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         },
         Statement::Delete(d) => Parsed::Delete(Box::new(d)),
         Statement::Update(u) => Parsed::Update(Box::new(u)),
-        Statement::StartTransaction { .. } => Parsed::Begin,
+        Statement::StartTransaction { modes, .. } => Parsed::Begin {
+            read_only: modes.iter().any(|m| {
+                matches!(
+                    m,
+                    sqlparser::ast::TransactionMode::AccessMode(
+                        sqlparser::ast::TransactionAccessMode::ReadOnly
+                    )
+                )
+            }),
+        },
         Statement::Commit { .. } => Parsed::Commit,
         Statement::Rollback {
             savepoint: None, ..
