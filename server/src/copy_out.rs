@@ -155,6 +155,9 @@ impl CopyEncoder {
 }
 
 fn fallback_text(col: &dyn arrow::array::Array, r: usize) -> Result<String, String> {
+    if let Some(text) = crate::encode::pg_array_text(col, r) {
+        return Ok(text);
+    }
     let f = arrow::util::display::ArrayFormatter::try_new(
         col,
         &arrow::util::display::FormatOptions::default(),

@@ -167,12 +167,15 @@ impl RowEncoder {
                             )?
                         }
                     }
-                    (None, Some(f)) => {
-                        use std::fmt::Write;
-                        let mut s = String::new();
-                        write!(s, "{}", f.value(r)).map_err(|e| e.to_string())?;
-                        buf.put_slice(s.as_bytes());
-                    }
+                    (None, Some(f)) => match pg_array_text(col.as_ref(), r) {
+                        Some(text) => buf.put_slice(text.as_bytes()),
+                        None => {
+                            use std::fmt::Write;
+                            let mut s = String::new();
+                            write!(s, "{}", f.value(r)).map_err(|e| e.to_string())?;
+                            buf.put_slice(s.as_bytes());
+                        }
+                    },
                     (None, None) => buf.put_slice(b"?"),
                 }
                 let len = (buf.len() - len_pos - 4) as i32;
@@ -285,6 +288,48 @@ fn bool_value(col: &dyn Array, r: usize) -> Option<bool> {
 
 fn mismatch(ty: &ColumnType, col: &dyn Array) -> String {
     format!("cannot encode {} as {}", col.data_type(), ty.sql_name())
+}
+
+/// A list value as a PostgreSQL array literal (`{1,2}`, `{a,"b c",NULL}`),
+/// or `None` if `col` is not a list.
+pub fn pg_array_text(col: &dyn Array, r: usize) -> Option<String> {
+    let list = col.as_any().downcast_ref::<arrow::array::ListArray>()?;
+    let values = list.value(r);
+    let f = ArrayFormatter::try_new(values.as_ref(), &FormatOptions::default()).ok()?;
+    let quote_strings = matches!(
+        values.data_type(),
+        arrow::datatypes::DataType::Utf8 | arrow::datatypes::DataType::LargeUtf8
+    );
+    let mut out = String::from("{");
+    for i in 0..values.len() {
+        if i > 0 {
+            out.push(',');
+        }
+        if values.is_null(i) {
+            out.push_str("NULL");
+            continue;
+        }
+        let v = f.value(i).to_string();
+        let needs_quotes = quote_strings
+            && (v.is_empty()
+                || v.eq_ignore_ascii_case("null")
+                || v.chars()
+                    .any(|c| matches!(c, ',' | '{' | '}' | '"' | '\\') || c.is_whitespace()));
+        if needs_quotes {
+            out.push('"');
+            for c in v.chars() {
+                if c == '"' || c == '\\' {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            out.push('"');
+        } else {
+            out.push_str(&v);
+        }
+    }
+    out.push('}');
+    Some(out)
 }
 
 pub fn encode_text(

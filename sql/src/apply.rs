@@ -565,6 +565,10 @@ impl Database {
                         def.name = c.name.clone();
                         def.oid = self.next_oid;
                         self.next_oid += 1;
+                        if !def.primary_key.is_empty() {
+                            def.index_oid = self.next_oid;
+                            self.next_oid += 1;
+                        }
                         self.tables.reset_table(index, def.id);
                         self.catalog.insert_table(Arc::new(Table::new(def)));
                         OpOutcome::Created { existed: false }

@@ -641,6 +641,7 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
             name,
             columns,
             primary_key: key,
+            index_oid: 0,
         },
         if_not_exists: ct.if_not_exists,
     })

@@ -180,3 +180,59 @@ async fn psql_describe_commands() {
     );
     has(timing, "Timing is off.", "\\timing off");
 }
+
+/// A table shows its primary key the way PostgreSQL's psql prints it, and
+/// its index is listed by `\di`.
+#[tokio::test(flavor = "multi_thread")]
+async fn psql_describes_tables_and_primary_keys() {
+    if !psql_on_path() {
+        println!("SKIPPED psql_describes_tables_and_primary_keys: `psql` is not on PATH");
+        return;
+    }
+    let server = Server::start().await;
+    let client = server.client().await;
+    exec(
+        &client,
+        r#"CREATE TABLE pairs (a int, "B" text, v numeric(10,2), PRIMARY KEY (a, "B"))"#,
+    )
+    .await;
+    exec(&client, "CREATE TABLE notes (body text)").await;
+    let script = "\\echo == d pairs\n\\d pairs\n\\echo == d notes\n\\d notes\n\\echo == di\n\\di\n\\echo == dt\n\\dt\n\\echo == done\n";
+    let output = run_script(&server, script, true).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "psql failed: {}", output.status);
+    assert!(stderr.trim().is_empty(), "psql printed errors:\n{stderr}");
+    let lines = squeeze(&stdout);
+
+    let d = section(&lines, "d pairs");
+    has(d, "Table \"public.pairs\"", "\\d pairs title");
+    has(d, "a | integer | | not null |", "\\d pairs");
+    has(d, "B | text | | not null |", "\\d pairs");
+    has(d, "v | numeric(10,2) | | |", "\\d pairs");
+    has(d, "Indexes:", "\\d pairs");
+    has(
+        d,
+        "\"pairs_pkey\" PRIMARY KEY, btree (a, \"B\")",
+        "\\d pairs index",
+    );
+
+    let notes = section(&lines, "d notes");
+    assert!(
+        !notes.iter().any(|l| l.contains("Indexes:")),
+        "a table without a key has no index: {notes:?}"
+    );
+
+    let di = section(&lines, "di");
+    has(di, "public | pairs_pkey | index | sluice | pairs", "\\di");
+    has(
+        di,
+        "public | consumer_offsets_pkey | index | sluice | consumer_offsets",
+        "\\di",
+    );
+
+    let dt = section(&lines, "dt");
+    has(dt, "public | pairs | table | sluice", "\\dt");
+    has(dt, "public | notes | table | sluice", "\\dt");
+    has(dt, "public | consumer_offsets | table | sluice", "\\dt");
+}

@@ -36,7 +36,6 @@ pub(super) fn register(
         crate_fns::create_pg_relation_is_publishable_udf(),
         crate_fns::create_pg_get_statisticsobjdef_columns_udf(),
         crate_fns::create_pg_stat_get_numscans(),
-        crate_fns::create_pg_get_constraintdef(),
         crate_fns::create_pg_get_partition_ancestors_udf(),
         quote_ident_udf::create_quote_ident_udf(),
         quote_ident_udf::create_parse_ident_udf(),
@@ -313,6 +312,57 @@ fn session_functions(
             }))))
         },
     ));
+    // Primary keys are the only indexes and constraints.
+    for (name, index) in [("pg_get_indexdef", true), ("pg_get_constraintdef", false)] {
+        let e = engine.clone();
+        out.push(udf(
+            name,
+            TypeSignature::OneOf(vec![
+                TypeSignature::Any(1),
+                TypeSignature::Any(2),
+                TypeSignature::Any(3),
+            ]),
+            DataType::Utf8,
+            Volatility::Stable,
+            move |args, _| {
+                let oids = arrow::compute::cast(&args[0], &DataType::Int64)?;
+                let oids = oids.as_primitive::<arrow::datatypes::Int64Type>();
+                let defs: HashMap<i64, String> = e
+                    .upgrade()
+                    .map(|e| {
+                        super::relations(&e)
+                            .into_iter()
+                            .filter(|r| !r.key.is_empty())
+                            .map(|r| {
+                                let cols = r
+                                    .key
+                                    .iter()
+                                    .map(|&k| quote_ident(&r.columns[k as usize - 1].name))
+                                    .collect::<Vec<_>>()
+                                    .join(", ");
+                                if index {
+                                    (
+                                        r.index_oid as i64,
+                                        format!(
+                                            "CREATE UNIQUE INDEX {} ON {}.{} USING btree ({cols})",
+                                            quote_ident(&r.pkey_name()),
+                                            r.schema,
+                                            quote_ident(&r.name)
+                                        ),
+                                    )
+                                } else {
+                                    (r.constraint_oid() as i64, format!("PRIMARY KEY ({cols})"))
+                                }
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Ok(Arc::new(StringArray::from_iter(
+                    oids.iter().map(|o| o.and_then(|o| defs.get(&o).cloned())),
+                )))
+            },
+        ));
+    }
     for name in [
         "pg_relation_size",
         "pg_total_relation_size",
@@ -436,11 +486,6 @@ fn catalog_functions(type_oids: &Arc<HashMap<String, i32>>) -> Vec<ScalarUDF> {
                 }
                 Ok(Arc::new(StringArray::from(out)))
             },
-        ),
-        // There are no indexes (yet) to describe.
-        always_null(
-            "pg_get_indexdef",
-            TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(3)]),
         ),
         // No column is backed by a sequence.
         always_null("pg_get_serial_sequence", TypeSignature::Any(2)),

@@ -65,6 +65,10 @@ impl SchemaProvider for InformationSchema {
             "views" => views(&db, &rels),
             "table_privileges" => table_privileges(&db, &user, &rels),
             "character_sets" => character_sets(&db),
+            "table_constraints" => table_constraints(&db, &rels),
+            "key_column_usage" | "constraint_column_usage" => {
+                key_columns(name.as_str(), &db, &rels)
+            }
             other => empty(other),
         };
         t.map(Some)
@@ -342,8 +346,68 @@ fn character_sets(db: &str) -> DFResult<Arc<dyn TableProvider>> {
     t.build()
 }
 
-/// Views that are empty until tables with keys exist (issue: tables).
+/// Primary keys of tables (streams have none).
+fn table_constraints(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = empty_builder("table_constraints");
+    for r in rels.iter().filter(|r| !r.key.is_empty()) {
+        t.row(vec![
+            s(db),
+            s(r.schema),
+            s(r.pkey_name()),
+            s(db),
+            s(r.schema),
+            s(&r.name),
+            s("PRIMARY KEY"),
+            s("NO"),
+            s("NO"),
+            s("YES"),
+            null_s(),
+        ]);
+    }
+    t.build()
+}
+
+/// Columns of primary keys, by `key_column_usage` or
+/// `constraint_column_usage` (same facts, different column order).
+fn key_columns(view: &str, db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = empty_builder(view);
+    for r in rels.iter().filter(|r| !r.key.is_empty()) {
+        for (pos, &k) in r.key.iter().enumerate() {
+            let col = &r.columns[k as usize - 1].name;
+            t.row(if view == "key_column_usage" {
+                vec![
+                    s(db),
+                    s(r.schema),
+                    s(r.pkey_name()),
+                    s(db),
+                    s(r.schema),
+                    s(&r.name),
+                    s(col),
+                    i4(pos as i32 + 1),
+                    null_i4(),
+                ]
+            } else {
+                vec![
+                    s(db),
+                    s(r.schema),
+                    s(&r.name),
+                    s(col),
+                    s(db),
+                    s(r.schema),
+                    s(r.pkey_name()),
+                ]
+            });
+        }
+    }
+    t.build()
+}
+
+/// Views that are empty: Sluice has no such objects.
 fn empty(name: &str) -> DFResult<Arc<dyn TableProvider>> {
+    empty_builder(name).build()
+}
+
+fn empty_builder(name: &str) -> TableBuilder {
     let cols: &[&str] = match name {
         "table_constraints" => &[
             "constraint_catalog",
@@ -423,5 +487,5 @@ fn empty(name: &str) -> DFResult<Arc<dyn TableProvider>> {
             }
         })
         .collect();
-    TableBuilder::new(fields).build()
+    TableBuilder::new(fields)
 }

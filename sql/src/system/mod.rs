@@ -112,6 +112,21 @@ pub(crate) struct Relation {
     pub columns: Vec<RelColumn>,
     /// Row count estimate (exact for streams, -1 unknown for tables).
     pub rows: i64,
+    /// Primary key: attribute numbers (1-based) and the index's OID.
+    pub key: Vec<i16>,
+    pub index_oid: i32,
+}
+
+impl Relation {
+    /// Name of the primary key's index and constraint.
+    pub fn pkey_name(&self) -> String {
+        format!("{}_pkey", self.name)
+    }
+
+    /// OID of the primary-key constraint (derived: it is not stored).
+    pub fn constraint_oid(&self) -> i32 {
+        self.index_oid | 1 << 30
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -153,6 +168,8 @@ pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
                 kind: "r",
                 columns,
                 rows: (s.log.next_offset() - s.log.first_offset()) as i64,
+                key: vec![],
+                index_oid: 0,
             }
         })
         .collect();
@@ -174,6 +191,8 @@ pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
                 })
                 .collect(),
             rows: -1,
+            key: t.def.primary_key.iter().map(|&i| i as i16 + 1).collect(),
+            index_oid: t.def.index_oid as i32,
         }
     }));
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -194,6 +213,8 @@ pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
                 })
                 .collect(),
             rows: 0,
+            key: vec![],
+            index_oid: 0,
         });
     }
     out
@@ -331,6 +352,24 @@ pub(crate) fn i8v(v: i64) -> ScalarValue {
 pub(crate) fn b(v: bool) -> ScalarValue {
     ScalarValue::Boolean(Some(v))
 }
+/// An int2[] value.
+pub(crate) fn i2_list(values: &[i16]) -> ScalarValue {
+    let items: Vec<ScalarValue> = values
+        .iter()
+        .map(|v| ScalarValue::Int16(Some(*v)))
+        .collect();
+    ScalarValue::List(ScalarValue::new_list_nullable(&items, &DataType::Int16))
+}
+
+/// An oid[] value.
+pub(crate) fn oid_list(values: &[i32]) -> ScalarValue {
+    let items: Vec<ScalarValue> = values
+        .iter()
+        .map(|v| ScalarValue::Int32(Some(*v)))
+        .collect();
+    ScalarValue::List(ScalarValue::new_list_nullable(&items, &DataType::Int32))
+}
+
 pub(crate) fn null_array() -> ScalarValue {
     ScalarValue::try_from(text_array("").data_type()).unwrap_or(ScalarValue::Null)
 }

@@ -71,8 +71,8 @@ impl PgCatalog {
             "pg_stat_user_tables" => pg_stat_user_tables(&rels),
             "pg_settings" => pg_settings(&vars.settings),
             "pg_user" => pg_user(&vars.user),
-            "pg_index" => pg_index(),
-            "pg_constraint" => pg_constraint(),
+            "pg_index" => pg_index(&rels),
+            "pg_constraint" => pg_constraint(&rels),
             _ => return Ok(None),
         };
         t.map(Some)
@@ -170,7 +170,7 @@ fn pg_class(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
             ScalarValue::Float32(Some(if table { r.rows as f32 } else { -1.0 })),
             i4(0),
             i4(0),
-            b(false),
+            b(!r.key.is_empty()),
             b(false),
             s("p"),
             s(r.kind),
@@ -191,9 +191,50 @@ fn pg_class(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
             null_array(),
             null_s(),
         ]);
+        if !r.key.is_empty() {
+            // the primary key's index (a btree, as PostgreSQL's would be)
+            t.row(vec![
+                i4(r.index_oid),
+                s(r.pkey_name()),
+                i4(r.namespace),
+                i4(0),
+                i4(0),
+                i4(OWNER_OID),
+                i4(BTREE_AM_OID),
+                i4(r.index_oid),
+                i4(0),
+                i4(0),
+                ScalarValue::Float32(Some(0.0)),
+                i4(0),
+                i4(0),
+                b(false),
+                b(false),
+                s("p"),
+                s("i"),
+                i2(r.key.len() as i16),
+                i2(0),
+                b(false),
+                b(false),
+                b(false),
+                b(false),
+                b(false),
+                b(true),
+                s("n"),
+                b(false),
+                i4(0),
+                i4(0),
+                i4(0),
+                null_array(),
+                null_array(),
+                null_s(),
+            ]);
+        }
     }
     t.build()
 }
+
+/// pg_am's btree.
+const BTREE_AM_OID: i32 = 403;
 
 fn pg_attribute(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
     let mut t = TableBuilder::new(vec![
@@ -455,9 +496,9 @@ fn pg_user(user: &str) -> DFResult<Arc<dyn TableProvider>> {
     t.build()
 }
 
-/// No indexes yet (streams have none); typed like PostgreSQL's so client
-/// queries over `indkey` plan.
-fn pg_index() -> DFResult<Arc<dyn TableProvider>> {
+/// The primary-key index of every table with a key (streams have none);
+/// typed like PostgreSQL's so client queries over `indkey` plan.
+fn pg_index(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
     let mut fields = vec![
         oid("indexrelid", kind::REGCLASS),
         oid("indrelid", kind::REGCLASS),
@@ -488,13 +529,39 @@ fn pg_index() -> DFResult<Arc<dyn TableProvider>> {
         text("indexprs"),
         text("indpred"),
     ]);
-    TableBuilder::new(fields).build()
+    let mut t = TableBuilder::new(fields);
+    for r in rels.iter().filter(|r| !r.key.is_empty()) {
+        let n = r.key.len() as i16;
+        let collations: Vec<i32> = r
+            .key
+            .iter()
+            .map(|&k| type_collation(&r.columns[k as usize - 1].ty))
+            .collect();
+        let mut row = vec![i4(r.index_oid), i4(r.oid), i2(n), i2(n)];
+        // unique, nulls not distinct, primary, exclusion, immediate,
+        // clustered, valid, checkxmin, ready, live, replident
+        for v in [
+            true, false, true, false, true, false, true, false, true, true, false,
+        ] {
+            row.push(b(v));
+        }
+        row.extend([
+            i2_list(&r.key),
+            oid_list(&collations),
+            oid_list(&vec![0; r.key.len()]),
+            i2_list(&vec![0; r.key.len()]),
+            null_s(),
+            null_s(),
+        ]);
+        t.row(row);
+    }
+    t.build()
 }
 
-/// No constraints other than NOT NULL yet (which PostgreSQL 16 keeps in
-/// pg_attribute too); typed like PostgreSQL's.
-fn pg_constraint() -> DFResult<Arc<dyn TableProvider>> {
-    TableBuilder::new(vec![
+/// Primary keys (NOT NULL lives in pg_attribute, as in PostgreSQL 16);
+/// typed like PostgreSQL's.
+fn pg_constraint(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = TableBuilder::new(vec![
         oid("oid", kind::OID),
         text("conname"),
         oid("connamespace", kind::REGNAMESPACE),
@@ -521,8 +588,42 @@ fn pg_constraint() -> DFResult<Arc<dyn TableProvider>> {
         int2_array("confdelsetcols"),
         oid_array("conexclop"),
         text("conbin"),
-    ])
-    .build()
+    ]);
+    let empty_oids =
+        || ScalarValue::try_from(oid_array("").data_type()).unwrap_or(ScalarValue::Null);
+    let empty_i2 =
+        || ScalarValue::try_from(int2_array("").data_type()).unwrap_or(ScalarValue::Null);
+    for r in rels.iter().filter(|r| !r.key.is_empty()) {
+        t.row(vec![
+            i4(r.constraint_oid()),
+            s(r.pkey_name()),
+            i4(r.namespace),
+            s("p"),
+            b(false),
+            b(false),
+            b(true),
+            i4(r.oid),
+            i4(0),
+            i4(r.index_oid),
+            i4(0),
+            i4(0),
+            s(" "),
+            s(" "),
+            s(" "),
+            b(true),
+            i4(0),
+            b(true),
+            i2_list(&r.key),
+            empty_i2(),
+            empty_oids(),
+            empty_oids(),
+            empty_oids(),
+            empty_i2(),
+            empty_oids(),
+            null_s(),
+        ]);
+    }
+    t.build()
 }
 
 /// The crate's dynamic tables are all replaced here, so it sees no catalogs.

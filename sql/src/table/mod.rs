@@ -58,6 +58,9 @@ pub struct TableDef {
     pub columns: Vec<ColumnDef>,
     /// Positions of the primary-key columns; empty: a hidden row id.
     pub primary_key: Vec<usize>,
+    /// OID of the primary key's index (`<name>_pkey`), 0 without a key.
+    #[serde(default)]
+    pub index_oid: u32,
 }
 
 impl TableDef {
@@ -77,6 +80,7 @@ impl TableDef {
                 col("offset", ColumnType::Int8),
             ],
             primary_key: vec![0, 1],
+            index_oid: 16382,
         }
     }
 }

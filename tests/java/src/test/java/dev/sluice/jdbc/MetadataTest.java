@@ -27,6 +27,7 @@ class MetadataTest extends ServerTest {
   void createStream() throws Exception {
     conn = connect();
     execute(conn, "CREATE STREAM orders (customer text NOT NULL, amount numeric(12,2), note text)");
+    execute(conn, "CREATE TABLE accounts (region text, id int, balance bigint, PRIMARY KEY (region, id))");
   }
 
   @AfterAll
@@ -111,5 +112,17 @@ class MetadataTest extends ServerTest {
     try (ResultSet rs = conn.getMetaData().getPrimaryKeys(null, "public", "orders")) {
       assertFalse(rs.next(), "a stream has no primary key");
     }
+  }
+
+  @Test
+  void getPrimaryKeysOfATable() throws Exception {
+    List<String> keys = new ArrayList<>();
+    try (ResultSet rs = conn.getMetaData().getPrimaryKeys(null, "public", "accounts")) {
+      while (rs.next()) {
+        assertEquals("accounts_pkey", rs.getString("PK_NAME"));
+        keys.add(rs.getShort("KEY_SEQ") + ":" + rs.getString("COLUMN_NAME"));
+      }
+    }
+    assertEquals(List.of("1:region", "2:id"), keys);
   }
 }
