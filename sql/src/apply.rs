@@ -744,3 +744,192 @@ impl StateMachine for Database {
         self.write_checkpoint(self.applied)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{CreateTable, Op, TableRead, TableWrite};
+    use crate::table::codec::{encode_key, encode_row};
+    use datafusion::scalar::ScalarValue;
+
+    fn open(dir: &Path) -> Database {
+        Database::open(
+            dir,
+            Arc::new(Catalog::new()),
+            Arc::new(ApplyStats::default()),
+            1 << 20,
+        )
+        .unwrap()
+    }
+
+    fn run(
+        db: &mut Database,
+        index: u64,
+        snapshot: u64,
+        reads: Vec<TableRead>,
+        ops: Vec<Op>,
+    ) -> CommandResult {
+        let cmd = Command {
+            ts_micros: 1_000_000 * index as i64,
+            ops,
+            snapshot,
+            reads,
+        };
+        db.apply(index, &cmd.encode_bytes()).unwrap()
+    }
+
+    fn create(name: &str) -> Op {
+        let def = TableDef {
+            id: 0,
+            oid: 0,
+            name: name.into(),
+            columns: vec![
+                crate::catalog::ColumnDef {
+                    name: "k".into(),
+                    ty: crate::types::ColumnType::Int8,
+                    not_null: true,
+                },
+                crate::catalog::ColumnDef {
+                    name: "v".into(),
+                    ty: crate::types::ColumnType::Int8,
+                    not_null: false,
+                },
+            ],
+            primary_key: vec![0],
+            index_oid: 0,
+        };
+        Op {
+            kind: Some(op::Kind::CreateTable(CreateTable {
+                name: name.into(),
+                definition_json: serde_json::to_string(&def).unwrap(),
+                if_not_exists: false,
+            })),
+        }
+    }
+
+    fn key(k: i64) -> Vec<u8> {
+        encode_key(&[&ScalarValue::Int64(Some(k))]).unwrap()
+    }
+
+    fn write(db: &Database, kind: i32, k: i64, v: i64) -> Op {
+        let t = db.catalog.table("t").unwrap();
+        Op {
+            kind: Some(op::Kind::TableWrite(TableWrite {
+                table: "t".into(),
+                table_id: t.def.id,
+                kind,
+                key: key(k),
+                row: encode_row(&[ScalarValue::Int64(Some(k)), ScalarValue::Int64(Some(v))])
+                    .unwrap(),
+            })),
+        }
+    }
+
+    fn read(table_id: u64, k: Option<i64>) -> TableRead {
+        TableRead {
+            table_id,
+            key: k.map(key),
+        }
+    }
+
+    fn code(r: CommandResult) -> &'static str {
+        match r {
+            Ok(_) => "ok",
+            Err(e) => e.code,
+        }
+    }
+
+    #[test]
+    fn optimistic_validation_and_unique_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = open(dir.path());
+        assert_eq!(code(run(&mut db, 1, 0, vec![], vec![create("t")])), "ok");
+        let t = db.catalog.table("t").unwrap().def.id;
+        let ins1 = write(&db, write_kind::INSERT, 1, 10);
+        let ins2 = write(&db, write_kind::INSERT, 2, 20);
+        assert_eq!(
+            code(run(&mut db, 2, 0, vec![], vec![ins1.clone(), ins2])),
+            "ok"
+        );
+        // a duplicate key fails the whole command, nothing of it applies
+        let ins3 = write(&db, write_kind::INSERT, 3, 30);
+        assert_eq!(code(run(&mut db, 3, 0, vec![], vec![ins3, ins1])), "23505");
+        assert!(db.tables.snapshot().get(t, &key(3)).unwrap().is_none());
+        // key 1 changes at index 4
+        let put1 = write(&db, write_kind::PUT, 1, 11);
+        assert_eq!(
+            code(run(&mut db, 4, 2, vec![read(t, Some(1))], vec![put1])),
+            "ok"
+        );
+        // a transaction that read key 1 at snapshot 2 conflicts ...
+        let put1b = write(&db, write_kind::PUT, 1, 12);
+        assert_eq!(
+            code(run(
+                &mut db,
+                5,
+                2,
+                vec![read(t, Some(1))],
+                vec![put1b.clone()]
+            )),
+            "40001"
+        );
+        // ... one that read key 2 does not, nor one that read key 1 after it changed
+        let put2 = write(&db, write_kind::PUT, 2, 21);
+        assert_eq!(
+            code(run(&mut db, 6, 2, vec![read(t, Some(2))], vec![put2])),
+            "ok"
+        );
+        assert_eq!(
+            code(run(&mut db, 7, 4, vec![read(t, Some(1))], vec![put1b])),
+            "ok"
+        );
+        // a whole-table read conflicts with any later write
+        let put9 = write(&db, write_kind::PUT, 9, 90);
+        assert_eq!(
+            code(run(&mut db, 8, 6, vec![read(t, None)], vec![put9.clone()])),
+            "40001"
+        );
+        assert_eq!(
+            code(run(&mut db, 9, 7, vec![read(t, None)], vec![put9])),
+            "ok"
+        );
+        // reading an absent key conflicts with a later delete (its
+        // insert-then-delete may have happened after the snapshot)
+        let del9 = write(&db, write_kind::DELETE, 9, 0);
+        assert_eq!(code(run(&mut db, 10, 9, vec![], vec![del9])), "ok");
+        let ins5 = write(&db, write_kind::INSERT, 5, 50);
+        assert_eq!(
+            code(run(
+                &mut db,
+                11,
+                9,
+                vec![read(t, Some(5))],
+                vec![ins5.clone()]
+            )),
+            "40001"
+        );
+        assert_eq!(
+            code(run(&mut db, 12, 10, vec![read(t, Some(5))], vec![ins5])),
+            "ok"
+        );
+        // checkpoint, reopen, replay: the same decisions
+        db.checkpoint().unwrap();
+        drop(db);
+        let mut db = open(dir.path());
+        let put5 = write(&db, write_kind::PUT, 5, 51);
+        assert_eq!(
+            code(run(
+                &mut db,
+                13,
+                11,
+                vec![read(t, Some(5))],
+                vec![put5.clone()]
+            )),
+            "40001"
+        );
+        assert_eq!(
+            code(run(&mut db, 14, 12, vec![read(t, Some(5))], vec![put5])),
+            "ok"
+        );
+    }
+}

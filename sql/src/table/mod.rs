@@ -287,10 +287,12 @@ impl TxnTables {
             table_id: id,
             key: Some(key.to_vec()),
         });
+        // the snapshot is fixed by the first read, even one the
+        // transaction's own writes answer
+        let snap = self.snap(&mut inner, store);
         if let Some(own) = inner.overlay.get(&(id, key.to_vec())) {
             return own.as_deref().map(|r| table.decode(r)).transpose();
         }
-        let snap = self.snap(&mut inner, store);
         drop(inner);
         snap.get(id, key)?.map(|v| table.decode(&v.row)).transpose()
     }
@@ -300,10 +302,10 @@ impl TxnTables {
     pub fn peek(&self, store: &TableStore, table: &Table, key: &[u8]) -> Result<bool> {
         let mut inner = self.inner.lock();
         let id = table.def.id;
+        let snap = self.snap(&mut inner, store);
         if let Some(own) = inner.overlay.get(&(id, key.to_vec())) {
             return Ok(own.is_some());
         }
-        let snap = self.snap(&mut inner, store);
         drop(inner);
         Ok(snap.get(id, key)?.is_some())
     }
