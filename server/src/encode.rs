@@ -27,6 +27,8 @@ const PG_EPOCH_DAYS: i32 = 10_957;
 #[derive(Debug, Clone)]
 pub struct ColumnEncoding {
     pub ty: Option<ColumnType>,
+    /// For a one-dimensional array column: its element type.
+    pub array_of: Option<ColumnType>,
     pub oid: u32,
     pub typmod: i32,
     /// `numeric` without a type modifier: trailing zeros are trimmed.
@@ -37,6 +39,7 @@ pub fn column_encoding(field: &Field) -> ColumnEncoding {
     match ColumnType::of_field(field) {
         Some(ty) => ColumnEncoding {
             ty: Some(ty),
+            array_of: None,
             oid: ty.oid(),
             typmod: if field
                 .metadata()
@@ -53,13 +56,73 @@ pub fn column_encoding(field: &Field) -> ColumnEncoding {
                     .map(|t| t == "numeric")
                     .unwrap_or(false),
         },
-        None => ColumnEncoding {
-            ty: None,
-            oid: oid::TEXT,
-            typmod: -1,
-            trim_numeric: false,
-        },
+        None => {
+            let array_of = match field.data_type() {
+                arrow::datatypes::DataType::List(item) => ColumnType::of_field(item),
+                _ => None,
+            };
+            ColumnEncoding {
+                ty: None,
+                oid: array_of.map(array_oid).unwrap_or(oid::TEXT),
+                array_of,
+                typmod: -1,
+                trim_numeric: false,
+            }
+        }
     }
+}
+
+/// The OID of the array type of `elem` (`text[]` is 1009, ...).
+pub fn array_oid(elem: ColumnType) -> u32 {
+    match elem {
+        ColumnType::Bool => 1000,
+        ColumnType::Int2 => 1005,
+        ColumnType::Int4 => 1007,
+        ColumnType::Int8 => 1016,
+        ColumnType::Float4 => 1021,
+        ColumnType::Float8 => 1022,
+        ColumnType::Numeric(_) => 1231,
+        ColumnType::Text => 1009,
+        ColumnType::Varchar(_) => 1015,
+        ColumnType::Bytea => 1001,
+        ColumnType::Timestamptz => 1185,
+        ColumnType::Timestamp => 1115,
+        ColumnType::Date => 1182,
+        ColumnType::Json => 199,
+        ColumnType::Jsonb => 3807,
+        ColumnType::Uuid => 2951,
+    }
+}
+
+/// A one-dimensional array in PostgreSQL's binary format.
+fn encode_array_binary(
+    col: &dyn Array,
+    r: usize,
+    elem: &ColumnType,
+    out: &mut BytesMut,
+) -> Result<(), String> {
+    let list = col
+        .as_any()
+        .downcast_ref::<arrow::array::ListArray>()
+        .ok_or_else(|| format!("expected a list, got {}", col.data_type()))?;
+    let values = list.value(r);
+    out.put_i32(1);
+    out.put_i32(i32::from(values.null_count() > 0));
+    out.put_u32(elem.oid());
+    out.put_i32(values.len() as i32);
+    out.put_i32(1);
+    for i in 0..values.len() {
+        if values.is_null(i) {
+            out.put_i32(-1);
+            continue;
+        }
+        let at = out.len();
+        out.put_i32(0);
+        encode_binary(values.as_ref(), i, elem, false, out)?;
+        let len = (out.len() - at - 4) as i32;
+        out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    }
+    Ok(())
 }
 
 pub fn pg_type(oid_value: u32) -> Type {
@@ -166,6 +229,10 @@ impl RowEncoder {
                                 &mut buf,
                             )?
                         }
+                    }
+                    (None, _) if binary && self.encodings[c].array_of.is_some() => {
+                        let elem = self.encodings[c].array_of.unwrap_or(ColumnType::Text);
+                        encode_array_binary(col.as_ref(), r, &elem, &mut buf)?
                     }
                     (None, Some(f)) => match pg_array_text(col.as_ref(), r) {
                         Some(text) => buf.put_slice(text.as_bytes()),

@@ -429,6 +429,16 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
                 Parsed::Show(name)
             }
         }
+        // Prepared statements live in the wire layer's store, where a new
+        // Parse replaces one of the same name; DEALLOCATE (psycopg sends it
+        // after schema changes) has nothing to free here.
+        Statement::Deallocate { name, .. } => {
+            Parsed::NoOp(if name.value.eq_ignore_ascii_case("all") {
+                "DEALLOCATE ALL"
+            } else {
+                "DEALLOCATE"
+            })
+        }
         Statement::Discard { object_type } => match object_type {
             sqlparser::ast::DiscardObject::ALL => Parsed::Discard,
             // no cached plans, sequences or temporary objects to drop

@@ -177,3 +177,68 @@ def test_pandas_read_sql_table(engine, orders):
     assert df.shape == (3, 5)
     assert list(df.columns) == ["offset", "ts", "customer", "amount", "note"]
     assert sorted(df["customer"].tolist()) == ["ann", "bob", "cid"]
+
+
+def test_tables_create_all_reflect_and_orm(engine):
+    """A table with a primary key: metadata.create_all (CREATE TABLE in a
+    transaction), the inspector's primary key, Core insert/update, and the
+    ORM's get/update/insert/delete unit of work (psycopg 3 sends DEALLOCATE
+    ALL after the schema changes)."""
+    from sqlalchemy.orm import Session, declarative_base
+
+    md = sa.MetaData()
+    accounts = sa.Table(
+        "accounts", md,
+        sa.Column("region", sa.Text, primary_key=True),
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("balance", sa.BigInteger, nullable=False),
+    )
+    md.create_all(engine)
+    inspector = sa.inspect(engine)
+    assert inspector.has_table("accounts")
+    pk = inspector.get_pk_constraint("accounts")
+    assert pk["name"] == "accounts_pkey"
+    assert pk["constrained_columns"] == ["region", "id"]
+    assert [c["name"] for c in inspector.get_columns("accounts")] == ["region", "id", "balance"]
+
+    with engine.begin() as connection:
+        connection.execute(accounts.insert(), [
+            {"region": "eu", "id": 1, "balance": 5},
+            {"region": "eu", "id": 2, "balance": 7},
+            {"region": "us", "id": 1, "balance": 9},
+        ])
+        connection.execute(accounts.update()
+                           .where(accounts.c.region == "eu", accounts.c.id == 1)
+                           .values(balance=accounts.c.balance + 1))
+    with engine.connect() as connection:
+        rows = connection.execute(
+            sa.select(accounts.c.region, accounts.c.id, accounts.c.balance)
+            .order_by(accounts.c.region, accounts.c.id)).fetchall()
+    assert [tuple(r) for r in rows] == [("eu", 1, 6), ("eu", 2, 7), ("us", 1, 9)]
+
+    Base = declarative_base()
+
+    class Account(Base):
+        __table__ = sa.Table("accounts", sa.MetaData(), autoload_with=engine)
+
+    with Session(engine) as session:
+        account = session.get(Account, ("eu", 2))
+        assert account.balance == 7
+        account.balance = 100
+        session.add(Account(region="us", id=2, balance=1))
+        session.commit()
+        session.delete(session.get(Account, ("eu", 1)))
+        session.commit()
+        got = [(a.region, a.id, a.balance)
+               for a in session.query(Account).order_by(Account.region, Account.id)]
+    assert got == [("eu", 2, 100), ("us", 1, 9), ("us", 2, 1)]
+
+    # a duplicate key is an IntegrityError and the session recovers
+    with Session(engine) as session:
+        session.add(Account(region="us", id=2, balance=0))
+        with pytest.raises(sa.exc.IntegrityError) as err:
+            session.commit()
+        assert err.value.orig.pgcode == "23505" if hasattr(err.value.orig, "pgcode") \
+            else err.value.orig.sqlstate == "23505"
+        session.rollback()
+        assert session.query(Account).count() == 3
