@@ -249,7 +249,9 @@ impl Session {
         let mut result_rows = Vec::new();
         let mut seen: HashSet<Vec<u8>> = HashSet::new();
         let mut to_update: Vec<(Vec<u8>, Vec<ScalarValue>, Vec<ScalarValue>)> = Vec::new();
-        for row in rows {
+        // RETURNING lists rows in the order they were proposed
+        let mut update_pos: std::collections::HashMap<Vec<u8>, usize> = Default::default();
+        for (pos, row) in rows.into_iter().enumerate() {
             let key = match table.key_of(&row)? {
                 Some(k) => k,
                 None => self.engine.next_row_id(),
@@ -280,6 +282,7 @@ impl Session {
                     }
                     if let Some(existing) = self.tables.get(&self.engine.tables, &table, &key)? {
                         seen.insert(key.clone());
+                        update_pos.insert(key.clone(), pos);
                         to_update.push((key, existing, row));
                         continue;
                     }
@@ -287,7 +290,7 @@ impl Session {
             }
             seen.insert(key.clone());
             ops.push(Self::write_op(&table, write_kind::INSERT, key, &row)?);
-            result_rows.push(row);
+            result_rows.push((pos, row));
         }
         if let Some(OnConflictAction::DoUpdate(du)) = conflict {
             if !to_update.is_empty() {
@@ -295,6 +298,7 @@ impl Session {
                     .eval_upsert(&table, &alias, &to_update, du, params)
                     .await?;
                 for (key, new_row) in updated {
+                    let pos = update_pos.get(&key).copied().unwrap_or(usize::MAX);
                     table.check_not_null(&new_row)?;
                     match table.key_of(&new_row)? {
                         Some(k) if k != key => {
@@ -306,10 +310,12 @@ impl Session {
                         }
                         _ => ops.push(Self::write_op(&table, write_kind::PUT, key, &new_row)?),
                     }
-                    result_rows.push(new_row);
+                    result_rows.push((pos, new_row));
                 }
             }
         }
+        result_rows.sort_by_key(|(pos, _)| *pos);
+        let result_rows: Vec<Vec<ScalarValue>> = result_rows.into_iter().map(|(_, r)| r).collect();
         let n = result_rows.len();
         self.write_table(ops).await?;
         match &ins.returning {
