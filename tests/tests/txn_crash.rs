@@ -1,4 +1,4 @@
-//! Transactions are all-or-nothing across SIGKILL: each transaction appends
+//! Transactions are all-or-nothing across SIGKILL (ten kills per run): each transaction appends
 //! one row to two streams, inserts a row into a table and bumps its
 //! writer's counter in another; the server is killed at random moments
 //! (checkpointing every few dozen entries, so recovery replays onto
@@ -14,7 +14,7 @@ use sluice_tests::{exec, within, Server, STATEMENT_TIMEOUT};
 use tokio_postgres::Client;
 
 const WRITERS: i64 = 6;
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 10;
 const WRITE_LIMIT: Duration = Duration::from_secs(15);
 const MAX_TXNS_PER_WRITER: i64 = 5_000;
 
