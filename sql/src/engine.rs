@@ -105,6 +105,7 @@ impl Engine {
         )?;
         let tables = db.table_store();
         let node_id = config.node.id;
+        start_write_back(Arc::downgrade(&catalog));
         let node =
             sluice_consensus::start(config.node, db).map_err(|e| Error::io(e.to_string()))?;
         Ok(Arc::new(Engine {
@@ -250,6 +251,34 @@ impl Engine {
         ctx.register_catalog(CATALOG_NAME, Arc::new(catalog));
         self.system.install(&ctx, self, vars);
         ctx
+    }
+}
+
+/// How often segment files are written back in the background.
+const WRITE_BACK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A thread that fdatasyncs every stream's recent appends every
+/// [`WRITE_BACK_INTERVAL`], off the Raft thread: the checkpoint's own
+/// fsync (which runs on the Raft thread and holds up every commit while it
+/// runs) then finds almost nothing left to write. Stops with the catalog.
+fn start_write_back(catalog: std::sync::Weak<Catalog>) {
+    let spawned = std::thread::Builder::new()
+        .name("sluice-writeback".into())
+        .spawn(move || loop {
+            std::thread::sleep(WRITE_BACK_INTERVAL);
+            let Some(catalog) = catalog.upgrade() else {
+                return;
+            };
+            for stream in catalog.list() {
+                if let Err(e) = stream.log.write_back() {
+                    // the log is poisoned: the next append fails and the
+                    // node stops accepting writes
+                    tracing::error!(stream = stream.name(), "write-back failed: {e}");
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("no write-back thread ({e}); checkpoints flush everything");
     }
 }
 

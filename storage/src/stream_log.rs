@@ -368,6 +368,32 @@ impl StreamLog {
         Ok(checkpoint)
     }
 
+    /// Writes back (fdatasync) what was appended so far without holding
+    /// the writer lock, so appends continue and the next [`StreamLog::sync`]
+    /// has little left to flush. Durability bookkeeping is unchanged: only
+    /// `sync` hands out a durable position. A failure poisons the log, as a
+    /// failed `sync` does.
+    pub fn write_back(&self) -> Result<()> {
+        let files: Vec<Arc<SegmentFile>> = {
+            let w = self.writer.lock();
+            w.check()?;
+            if !w.active_unsynced && w.sealed_unsynced.is_empty() {
+                return Ok(());
+            }
+            w.sealed_unsynced
+                .iter()
+                .cloned()
+                .chain(std::iter::once(Arc::clone(&w.active)))
+                .collect()
+        };
+        for file in files {
+            if let Err(e) = file.sync() {
+                return Err(self.writer.lock().poison(e));
+            }
+        }
+        Ok(())
+    }
+
     fn sync_files(&self, w: &mut Writer) -> Result<()> {
         for file in &w.sealed_unsynced {
             file.sync()?;

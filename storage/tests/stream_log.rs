@@ -551,3 +551,40 @@ fn checkpoint_round_trips_through_serde() {
     let back: StreamCheckpoint = serde_json::from_str(&json).expect("deserialize");
     assert_eq!(back, checkpoint);
 }
+
+/// Background write-back runs beside a writer (across rollovers) without
+/// changing what a checkpoint says: recovery goes to the checkpoint, not to
+/// what was merely written back.
+#[test]
+fn write_back_runs_beside_appends_and_does_not_move_the_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = StreamLogOptions {
+        segment_bytes: 2048,
+    };
+    let log = Arc::new(StreamLog::create(dir.path(), opts.clone()).expect("create"));
+    assert!(log.write_back().is_ok(), "nothing to write back is fine");
+    let stop = Arc::new(AtomicBool::new(false));
+    let syncer = {
+        let (log, stop) = (log.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut rounds = 0;
+            while !stop.load(Ordering::Relaxed) || rounds == 0 {
+                log.write_back().expect("write back");
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    append_all(&log, &[4; 40]);
+    let checkpoint = log.sync().expect("sync");
+    append_all(&log, &[4; 10]);
+    stop.store(true, Ordering::Relaxed);
+    assert!(syncer.join().expect("syncer") > 0);
+    log.write_back().expect("write back the tail");
+    assert_eq!(log.next_offset(), 200);
+    assert!(log.segments().len() > 1, "the test should cross rollovers");
+    drop(log);
+    let reopened = StreamLog::open(dir.path(), opts, &checkpoint).expect("reopen");
+    assert_eq!(reopened.next_offset(), 160, "recovery is to the checkpoint");
+    assert_eq!(read_all(&reopened, 0), 160);
+}
