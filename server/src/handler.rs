@@ -758,6 +758,27 @@ impl ExtendedQueryHandler for Backend {
     /// A row-limited Execute on a tailable query behaves like FETCH: the
     /// rows available now (waiting up to `tail_wait` for one), then
     /// PortalSuspended. Everything else runs the usual way.
+    /// ReadyForQuery reports the session's own transaction state: pgwire's
+    /// default marks the connection failed after any error, but an error
+    /// outside a block leaves it idle, and so does a COMMIT that failed
+    /// (the block ended, as in PostgreSQL).
+    async fn on_sync<C>(
+        &self,
+        client: &mut C,
+        _message: pgwire::messages::extendedquery::Sync,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.portal_store().rm_portal(pgwire::api::DEFAULT_NAME);
+        let status = wire_status(session_of(client)?.lock().await.status());
+        client.set_transaction_status(status);
+        pgwire::api::query::send_ready_for_query(client, status).await
+    }
+
     async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,

@@ -236,6 +236,12 @@ impl Session {
         let conflict = match &ins.on {
             None => None,
             Some(OnInsert::OnConflict(c)) => {
+                if c.conflict_target.is_none() && matches!(c.action, OnConflictAction::DoUpdate(_))
+                {
+                    return Err(Error::syntax(
+                        "ON CONFLICT DO UPDATE requires inference specification or constraint name",
+                    ));
+                }
                 check_conflict_target(&table, c.conflict_target.as_ref())?;
                 Some(&c.action)
             }
