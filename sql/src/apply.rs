@@ -455,28 +455,25 @@ impl Database {
         };
         for o in &cmd.ops {
             match &o.kind {
-                Some(op::Kind::CreateStream(c)) => {
-                    if exists(&overlay, &c.name).is_some() {
-                        if !c.if_not_exists {
+                Some(op::Kind::CreateStream(crate::command::CreateStream {
+                    name,
+                    if_not_exists,
+                    ..
+                }))
+                | Some(op::Kind::CreateTable(crate::command::CreateTable {
+                    name,
+                    if_not_exists,
+                    ..
+                })) => {
+                    if exists(&overlay, name).is_some() {
+                        if !if_not_exists {
                             return Err(Error::new(
                                 sqlstate::DUPLICATE_TABLE,
-                                format!("relation \"{}\" already exists", c.name),
+                                format!("relation \"{name}\" already exists"),
                             ));
                         }
                     } else {
-                        overlay.insert(&c.name, Some(0));
-                    }
-                }
-                Some(op::Kind::CreateTable(c)) => {
-                    if exists(&overlay, &c.name).is_some() {
-                        if !c.if_not_exists {
-                            return Err(Error::new(
-                                sqlstate::DUPLICATE_TABLE,
-                                format!("relation \"{}\" already exists", c.name),
-                            ));
-                        }
-                    } else {
-                        overlay.insert(&c.name, Some(0));
+                        overlay.insert(name, Some(0));
                     }
                 }
                 Some(op::Kind::TableWrite(_)) => {}

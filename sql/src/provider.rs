@@ -164,7 +164,11 @@ impl ScanBounds {
 }
 
 /// `col op literal` or `literal op col`, normalized to `col op literal`.
-fn column_cmp(left: &Expr, op: Operator, right: &Expr) -> Option<(String, Operator, ScalarValue)> {
+pub(crate) fn column_cmp(
+    left: &Expr,
+    op: Operator,
+    right: &Expr,
+) -> Option<(String, Operator, ScalarValue)> {
     let strip = |e: &Expr| -> Option<ScalarValue> {
         match e {
             Expr::Literal(v, _) => Some(v.clone()),

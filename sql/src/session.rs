@@ -797,20 +797,8 @@ impl Session {
                 let plan = self.plan(stmt).await?;
                 // fields, not just types: a parameter compared with a column
                 // carries its `pg_type` (json, uuid, varchar(n), ...)
-                let fields = plan.get_parameter_fields()?;
-                let mut params = vec![None; fields.len()];
-                for (name, field) in fields {
-                    if let Ok(i) = name.trim_start_matches('$').parse::<usize>() {
-                        if i >= 1 && i <= params.len() {
-                            params[i - 1] = field.as_deref().and_then(ColumnType::of_field);
-                        }
-                    }
-                }
-                for (i, t) in statement::cast_param_types(stmt) {
-                    if let Some(slot @ None) = params.get_mut(i.wrapping_sub(1)) {
-                        *slot = Some(t);
-                    }
-                }
+                let mut params = Vec::new();
+                planned_param_types(&plan, stmt, &mut params)?;
                 let schema = pg_column_names(stmt, plan.schema().as_arrow());
                 Ok(Description {
                     params,
@@ -1178,6 +1166,32 @@ impl Session {
     }
 }
 
+/// Fill the still-unknown parameter types from a plan (a parameter
+/// compared with a column carries its `pg_type`: json, uuid, varchar(n),
+/// ...) and from `$n::type` casts in the statement.
+fn planned_param_types(
+    plan: &LogicalPlan,
+    stmt: &Statement,
+    params: &mut Vec<Option<ColumnType>>,
+) -> Result<()> {
+    for (name, field) in plan.get_parameter_fields()? {
+        if let Ok(i @ 1..) = name.trim_start_matches('$').parse::<usize>() {
+            if params.len() < i {
+                params.resize(i, None);
+            }
+            if params[i - 1].is_none() {
+                params[i - 1] = field.as_deref().and_then(ColumnType::of_field);
+            }
+        }
+    }
+    for (i, t) in statement::cast_param_types(stmt) {
+        if let Some(slot @ None) = params.get_mut(i.wrapping_sub(1)) {
+            *slot = Some(t);
+        }
+    }
+    Ok(())
+}
+
 /// Where a committed append put its rows.
 struct Appended {
     base_offset: u64,
@@ -1249,11 +1263,7 @@ fn insert_targets(stream: &Stream, ins: &sqlparser::ast::Insert) -> Result<Vec<u
 }
 
 fn target_columns(stream: &Stream, names: &[String]) -> Result<Vec<usize>> {
-    if names.is_empty() {
-        return Ok((0..stream.def.columns.len()).collect());
-    }
-    let mut out = Vec::with_capacity(names.len());
-    for n in names {
+    column_positions(&stream.def.columns, stream.name(), names, |n| {
         if n == OFFSET_COLUMN || n == TS_COLUMN {
             return Err(Error::new(
                 "428C9",
@@ -1263,20 +1273,30 @@ fn target_columns(stream: &Stream, names: &[String]) -> Result<Vec<usize>> {
                 "Column \"{n}\" is a system column assigned at commit."
             )));
         }
-        let i = stream
-            .def
-            .columns
-            .iter()
-            .position(|c| &c.name == n)
-            .ok_or_else(|| {
-                Error::new(
-                    sqlstate::UNDEFINED_COLUMN,
-                    format!(
-                        "column \"{n}\" of relation \"{}\" does not exist",
-                        stream.name()
-                    ),
-                )
-            })?;
+        Ok(())
+    })
+}
+
+/// Positions of the named columns of a relation (all of them if `names` is
+/// empty), each at most once; `check` vets each name first.
+fn column_positions(
+    columns: &[crate::catalog::ColumnDef],
+    relation: &str,
+    names: &[String],
+    check: impl Fn(&str) -> Result<()>,
+) -> Result<Vec<usize>> {
+    if names.is_empty() {
+        return Ok((0..columns.len()).collect());
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        check(n)?;
+        let i = columns.iter().position(|c| &c.name == n).ok_or_else(|| {
+            Error::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{n}\" of relation \"{relation}\" does not exist"),
+            )
+        })?;
         if out.contains(&i) {
             return Err(Error::new(
                 sqlstate::DUPLICATE_COLUMN,

@@ -328,13 +328,7 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
                         format!("column name \"{cname}\" conflicts with a system column name"),
                     ));
                 }
-                if columns.iter().any(|x: &ColumnDef| x.name == cname) {
-                    return Err(Error::new(
-                        sqlstate::DUPLICATE_COLUMN,
-                        format!("column \"{cname}\" specified more than once"),
-                    ));
-                }
-                let ty = ColumnType::parse(&c.data_type.to_string())?;
+                let ty = column_type(&cname, c, &columns)?;
                 let mut not_null = false;
                 for o in &c.options {
                     match &o.option {
@@ -550,6 +544,21 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
     })
 }
 
+/// The type of a new column `cname`, which must not repeat one in `columns`.
+fn column_type(
+    cname: &str,
+    c: &sqlparser::ast::ColumnDef,
+    columns: &[ColumnDef],
+) -> Result<ColumnType> {
+    if columns.iter().any(|x| x.name == cname) {
+        return Err(Error::new(
+            sqlstate::DUPLICATE_COLUMN,
+            format!("column \"{cname}\" specified more than once"),
+        ));
+    }
+    ColumnType::parse(&c.data_type.to_string())
+}
+
 /// `CREATE TABLE`: a mutable table with an optional primary key.
 fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
     use sqlparser::ast::TableConstraint;
@@ -571,13 +580,7 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
     for c in &ct.columns {
         let cname = normalize_ident(&c.name);
         check_name("column", &cname)?;
-        if columns.iter().any(|x| x.name == cname) {
-            return Err(Error::new(
-                sqlstate::DUPLICATE_COLUMN,
-                format!("column \"{cname}\" specified more than once"),
-            ));
-        }
-        let ty = ColumnType::parse(&c.data_type.to_string())?;
+        let ty = column_type(&cname, c, &columns)?;
         let mut not_null = false;
         for o in &c.options {
             match &o.option {

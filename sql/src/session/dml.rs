@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch};
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::datasource::MemTable;
 use datafusion::execution::context::SessionContext;
@@ -322,15 +322,16 @@ impl Session {
         }
         result_rows.sort_by_key(|(pos, _)| *pos);
         let result_rows: Vec<Vec<ScalarValue>> = result_rows.into_iter().map(|(_, r)| r).collect();
-        let n = result_rows.len();
-        self.write_table(ops).await?;
-        match &ins.returning {
-            None => Ok(Output::Tag(format!("INSERT 0 {n}"))),
-            Some(items) => {
-                self.table_returning(&table, &alias, result_rows, items, params, "INSERT 0")
-                    .await
-            }
-        }
+        self.finish_change(
+            &table,
+            &alias,
+            ops,
+            result_rows,
+            &ins.returning,
+            params,
+            "INSERT 0",
+        )
+        .await
     }
 
     /// Evaluate `DO UPDATE SET ... [WHERE ...]` for rows whose key exists:
@@ -370,28 +371,15 @@ impl Session {
         if let Some(w) = &du.selection {
             sql.push_str(&format!(" WHERE {w}"));
         }
-        let batches = run_sql(&ctx, &sql, params).await?;
-        let mut out = Vec::new();
-        for b in batches {
-            let n = b
-                .column(0)
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .ok_or_else(|| Error::internal("row number is not int8"))?
-                .clone();
-            let cols = (0..table.types.len())
-                .map(|t| cast_to(b.column(t + 1), table, t))
-                .collect::<Result<Vec<_>>>()?;
-            for i in 0..b.num_rows() {
-                let row = cols
-                    .iter()
-                    .map(|c| ScalarValue::try_from_array(c, i))
-                    .collect::<std::result::Result<Vec<_>, _>>()?;
-                let k = pairs[n.value(i) as usize].0.clone();
-                out.push((k, row));
-            }
-        }
-        Ok(out)
+        let plan = plan_in(&ctx, &sql, params).await?;
+        let batches = ctx.execute_logical_plan(plan).await?.collect().await?;
+        lead_and_rows(table, &batches)?
+            .into_iter()
+            .map(|(n, row)| match n {
+                ScalarValue::Int64(Some(n)) => Ok((pairs[n as usize].0.clone(), row)),
+                other => Err(Error::internal(format!("row number {other:?}"))),
+            })
+            .collect()
     }
 
     async fn table_update(
@@ -435,15 +423,8 @@ impl Session {
             }
             result.push(row);
         }
-        let n = result.len();
-        self.write_table(ops).await?;
-        match &u.returning {
-            None => Ok(Output::Tag(format!("UPDATE {n}"))),
-            Some(items) => {
-                self.table_returning(&table, &alias, result, items, params, "UPDATE")
-                    .await
-            }
-        }
+        self.finish_change(&table, &alias, ops, result, &u.returning, params, "UPDATE")
+            .await
     }
 
     async fn table_delete(
@@ -466,15 +447,8 @@ impl Session {
                 result.push(row);
             }
         }
-        let n = result.len();
-        self.write_table(ops).await?;
-        match &d.returning {
-            None => Ok(Output::Tag(format!("DELETE {n}"))),
-            Some(items) => {
-                self.table_returning(&table, &alias, result, items, params, "DELETE")
-                    .await
-            }
-        }
+        self.finish_change(&table, &alias, ops, result, &d.returning, params, "DELETE")
+            .await
     }
 
     /// Run a query over the keyed view: (stored key, new row) per row.
@@ -484,31 +458,14 @@ impl Session {
         sql: &str,
         params: &[ScalarValue],
     ) -> Result<Vec<(Vec<u8>, Vec<ScalarValue>)>> {
-        let parsed = statement::parse(sql)?;
-        let Some(Parsed::Query(q)) = parsed.into_iter().next() else {
-            return Err(Error::internal("generated query did not parse as a query"));
-        };
-        let batches = self.collect_query(&q, params).await?;
-        let mut out = Vec::new();
-        for b in batches {
-            let keys = b
-                .column(0)
-                .as_any()
-                .downcast_ref::<BinaryArray>()
-                .ok_or_else(|| Error::internal("key column is not bytea"))?
-                .clone();
-            let cols = (0..table.types.len())
-                .map(|t| cast_to(b.column(t + 1), table, t))
-                .collect::<Result<Vec<_>>>()?;
-            for i in 0..b.num_rows() {
-                let row = cols
-                    .iter()
-                    .map(|c| ScalarValue::try_from_array(c, i))
-                    .collect::<std::result::Result<Vec<_>, _>>()?;
-                out.push((keys.value(i).to_vec(), row));
-            }
-        }
-        Ok(out)
+        let batches = self.collect_query(&*parse_query(sql)?, params).await?;
+        lead_and_rows(table, &batches)?
+            .into_iter()
+            .map(|(key, row)| match key {
+                ScalarValue::Binary(Some(k)) => Ok((k, row)),
+                other => Err(Error::internal(format!("stored key {other:?}"))),
+            })
+            .collect()
     }
 
     /// Parameter types and result columns of a table UPDATE or DELETE:
@@ -540,30 +497,9 @@ impl Session {
         let types: Vec<crate::types::ColumnType> =
             set.iter().map(|(i, _)| table.types[*i]).collect();
         insert::infer_param_types(&[&values], &types, &mut params);
-        let parsed = statement::parse(&sql)?;
-        if let Some(Parsed::Query(q)) = parsed.first() {
-            let plan = self.plan(q).await?;
-            for (name, field) in plan.get_parameter_fields()? {
-                if let Ok(i) = name.trim_start_matches('$').parse::<usize>() {
-                    if i == 0 {
-                        continue;
-                    }
-                    if params.len() < i {
-                        params.resize(i, None);
-                    }
-                    if params[i - 1].is_none() {
-                        params[i - 1] = field
-                            .as_deref()
-                            .and_then(crate::types::ColumnType::of_field);
-                    }
-                }
-            }
-            for (i, t) in statement::cast_param_types(q) {
-                if let Some(slot @ None) = params.get_mut(i.wrapping_sub(1)) {
-                    *slot = Some(t);
-                }
-            }
-        }
+        let q = parse_query(&sql)?;
+        let plan = self.plan(&q).await?;
+        super::planned_param_types(&plan, &q, &mut params)?;
         let schema = match returning {
             Some(items) => Some(self.table_returning_schema(&table, &alias, items).await?),
             None => None,
@@ -595,29 +531,8 @@ impl Session {
         params: &[ScalarValue],
         tag: &str,
     ) -> Result<Output> {
-        let ctx = SessionContext::new();
         let batch = rows_batch(table.schema.clone(), table, rows)?;
-        ctx.register_table(
-            alias,
-            Arc::new(MemTable::try_new(table.schema.clone(), vec![vec![batch]])?),
-        )?;
-        let list = items
-            .iter()
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!("SELECT {list} FROM {}", quote(alias));
-        let parsed = statement::parse(&sql)?;
-        let Some(Parsed::Query(q)) = parsed.into_iter().next() else {
-            return Err(Error::internal("RETURNING did not parse"));
-        };
-        let mut plan = ctx
-            .state()
-            .statement_to_plan(DFStatement::Statement(q))
-            .await?;
-        if !params.is_empty() {
-            plan = plan.with_param_values(params.to_vec())?;
-        }
+        let (ctx, plan) = returning_plan(table, alias, vec![batch], items, params).await?;
         let df = ctx.execute_logical_plan(plan).await?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let batches = df.collect().await?;
@@ -635,26 +550,107 @@ impl Session {
         alias: &str,
         items: &[SelectItem],
     ) -> Result<SchemaRef> {
-        let ctx = SessionContext::new();
-        ctx.register_table(
-            alias,
-            Arc::new(MemTable::try_new(table.schema.clone(), vec![vec![]])?),
-        )?;
-        let list = items
-            .iter()
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        let parsed = statement::parse(&format!("SELECT {list} FROM {}", quote(alias)))?;
-        let Some(Parsed::Query(q)) = parsed.into_iter().next() else {
-            return Err(Error::internal("RETURNING did not parse"));
-        };
-        let plan = ctx
-            .state()
-            .statement_to_plan(DFStatement::Statement(q))
-            .await?;
+        let (_, plan) = returning_plan(table, alias, vec![], items, &[]).await?;
         Ok(Arc::new(plan.schema().as_arrow().clone()))
     }
+
+    /// Propose (or buffer) a statement's ops, then answer with its tag
+    /// (`<tag> <rows>`) or its RETURNING rows.
+    #[allow(clippy::too_many_arguments)]
+    async fn finish_change(
+        &mut self,
+        table: &Table,
+        alias: &str,
+        ops: Vec<Op>,
+        rows: Vec<Vec<ScalarValue>>,
+        returning: &Option<Vec<SelectItem>>,
+        params: &[ScalarValue],
+        tag: &str,
+    ) -> Result<Output> {
+        let n = rows.len();
+        self.write_table(ops).await?;
+        match returning {
+            None => Ok(Output::Tag(format!("{tag} {n}"))),
+            Some(items) => {
+                self.table_returning(table, alias, rows, items, params, tag)
+                    .await
+            }
+        }
+    }
+}
+
+/// `SELECT <RETURNING items> FROM <alias>` planned over `batches` of the
+/// table's rows, in a context of its own.
+async fn returning_plan(
+    table: &Table,
+    alias: &str,
+    batches: Vec<RecordBatch>,
+    items: &[SelectItem],
+    params: &[ScalarValue],
+) -> Result<(SessionContext, datafusion::logical_expr::LogicalPlan)> {
+    let ctx = SessionContext::new();
+    ctx.register_table(
+        alias,
+        Arc::new(MemTable::try_new(table.schema.clone(), vec![batches])?),
+    )?;
+    let list = items
+        .iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let plan = plan_in(
+        &ctx,
+        &format!("SELECT {list} FROM {}", quote(alias)),
+        params,
+    )
+    .await?;
+    Ok((ctx, plan))
+}
+
+/// One generated query, parsed.
+fn parse_query(sql: &str) -> Result<Box<Statement>> {
+    match statement::parse(sql)?.into_iter().next() {
+        Some(Parsed::Query(q)) => Ok(q),
+        _ => Err(Error::internal("generated query did not parse as a query")),
+    }
+}
+
+/// A generated query planned in `ctx`, with the statement's parameters.
+async fn plan_in(
+    ctx: &SessionContext,
+    sql: &str,
+    params: &[ScalarValue],
+) -> Result<datafusion::logical_expr::LogicalPlan> {
+    let mut plan = ctx
+        .state()
+        .statement_to_plan(DFStatement::Statement(parse_query(sql)?))
+        .await?;
+    if !params.is_empty() {
+        plan = plan.with_param_values(params.to_vec())?;
+    }
+    Ok(plan)
+}
+
+/// Rows of batches whose first column is a tag (row number or stored key)
+/// followed by the table's columns: (tag, row cast to the table's types).
+fn lead_and_rows(
+    table: &Table,
+    batches: &[RecordBatch],
+) -> Result<Vec<(ScalarValue, Vec<ScalarValue>)>> {
+    let mut out = Vec::new();
+    for b in batches {
+        let cols = (0..table.types.len())
+            .map(|t| cast_to(b.column(t + 1), table, t))
+            .collect::<Result<Vec<_>>>()?;
+        for i in 0..b.num_rows() {
+            let row = cols
+                .iter()
+                .map(|c| ScalarValue::try_from_array(c, i))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            out.push((ScalarValue::try_from_array(b.column(0), i)?, row));
+        }
+    }
+    Ok(out)
 }
 
 /// The keyed-view query behind `UPDATE`: each target row's key and its
@@ -682,16 +678,12 @@ fn update_sql(table: &Table, alias: &str, u: &sqlparser::ast::Update) -> Result<
         }
         None => String::new(),
     };
-    Ok(format!(
-        "SELECT {}, {} FROM {} AS {}{from}{}",
-        column_ref(alias, KEY_COLUMN),
-        exprs.join(", "),
-        quote(&keyed_name(&table.def.name)),
-        quote(alias),
-        u.selection
-            .as_ref()
-            .map(|w| format!(" WHERE {w}"))
-            .unwrap_or_default()
+    Ok(keyed_select(
+        table,
+        alias,
+        &exprs,
+        &from,
+        u.selection.as_ref(),
     ))
 }
 
@@ -704,36 +696,31 @@ fn delete_sql(table: &Table, alias: &str, d: &sqlparser::ast::Delete) -> Result<
         .iter()
         .map(|c| column_ref(alias, &c.name))
         .collect();
-    Ok(format!(
-        "SELECT {}, {} FROM {} AS {}{using}{}",
-        column_ref(alias, KEY_COLUMN),
-        cols.join(", "),
-        quote(&keyed_name(&table.def.name)),
-        quote(alias),
-        d.selection
-            .as_ref()
-            .map(|w| format!(" WHERE {w}"))
-            .unwrap_or_default()
+    Ok(keyed_select(
+        table,
+        alias,
+        &cols,
+        &using,
+        d.selection.as_ref(),
     ))
 }
 
-async fn run_sql(
-    ctx: &SessionContext,
-    sql: &str,
-    params: &[ScalarValue],
-) -> Result<Vec<RecordBatch>> {
-    let parsed = statement::parse(sql)?;
-    let Some(Parsed::Query(q)) = parsed.into_iter().next() else {
-        return Err(Error::internal("generated query did not parse as a query"));
-    };
-    let mut plan = ctx
-        .state()
-        .statement_to_plan(DFStatement::Statement(q))
-        .await?;
-    if !params.is_empty() {
-        plan = plan.with_param_values(params.to_vec())?;
-    }
-    Ok(ctx.execute_logical_plan(plan).await?.collect().await?)
+/// `SELECT <key>, <exprs> FROM <keyed view> AS alias<more> [WHERE ...]`.
+fn keyed_select(
+    table: &Table,
+    alias: &str,
+    exprs: &[String],
+    more_from: &str,
+    selection: Option<&Expr>,
+) -> String {
+    format!(
+        "SELECT {}, {} FROM {} AS {}{more_from}{}",
+        column_ref(alias, KEY_COLUMN),
+        exprs.join(", "),
+        quote(&keyed_name(&table.def.name)),
+        quote(alias),
+        selection.map(|w| format!(" WHERE {w}")).unwrap_or_default()
+    )
 }
 
 /// An array as column `t` of the table: cast and validated.
@@ -824,35 +811,8 @@ fn assignments(table: &Table, list: &[sqlparser::ast::Assignment]) -> Result<Vec
 
 /// Positions of the INSERT's target columns (all columns if none named).
 pub(super) fn table_targets(table: &Table, ins: &sqlparser::ast::Insert) -> Result<Vec<usize>> {
-    if ins.columns.is_empty() {
-        return Ok((0..table.def.columns.len()).collect());
-    }
-    let mut out = Vec::with_capacity(ins.columns.len());
-    for c in &ins.columns {
-        let n = statement::table_name(c);
-        let i = table
-            .def
-            .columns
-            .iter()
-            .position(|col| col.name == n)
-            .ok_or_else(|| {
-                Error::new(
-                    sqlstate::UNDEFINED_COLUMN,
-                    format!(
-                        "column \"{n}\" of relation \"{}\" does not exist",
-                        table.def.name
-                    ),
-                )
-            })?;
-        if out.contains(&i) {
-            return Err(Error::new(
-                sqlstate::DUPLICATE_COLUMN,
-                format!("column \"{n}\" specified more than once"),
-            ));
-        }
-        out.push(i);
-    }
-    Ok(out)
+    let names: Vec<String> = ins.columns.iter().map(statement::table_name).collect();
+    super::column_positions(&table.def.columns, &table.def.name, &names, |_| Ok(()))
 }
 
 /// ON CONFLICT must name the primary key (its columns, or its constraint).

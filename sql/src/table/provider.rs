@@ -26,6 +26,7 @@ use datafusion::scalar::ScalarValue;
 
 use super::store::TableStore;
 use super::{codec, Table, TxnTables, KEY_COLUMN};
+use crate::provider::column_cmp;
 
 /// The provider of one table in one session.
 #[derive(Debug)]
@@ -67,30 +68,17 @@ impl TableScan {
 
     /// `column = literal` on a primary-key column.
     fn key_equality(&self, e: &Expr) -> Option<(usize, ScalarValue)> {
-        let Expr::BinaryExpr(BinaryExpr {
-            left,
-            op: Operator::Eq,
-            right,
-        }) = e
-        else {
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
             return None;
         };
-        let (col, lit) = match (left.as_ref(), right.as_ref()) {
-            (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c)) => {
-                (c, v)
-            }
-            _ => return None,
+        let (col, Operator::Eq, lit) = column_cmp(left, *op, right)? else {
+            return None;
         };
-        let i = self
-            .table
-            .def
-            .columns
-            .iter()
-            .position(|c| c.name == col.name)?;
+        let i = self.table.def.columns.iter().position(|c| c.name == col)?;
         if !self.table.def.primary_key.contains(&i) || lit.is_null() {
             return None;
         }
-        let v = self.table.types[i].coerce(lit.clone()).ok()?;
+        let v = self.table.types[i].coerce(lit).ok()?;
         Some((i, v))
     }
 
