@@ -2,7 +2,8 @@
 //!
 //! One OS thread owns raft-rs's `RawNode` and the application's [`StateMachine`]
 //! ([`node`]); everyone else talks to it through a bounded proposal queue via a cheap,
-//! cloneable [`NodeHandle`]. Proposals that queue up while a log write is being fsynced go into
+//! cloneable [`NodeHandle`]. Nodes of a cluster talk over [`transport`] (TCP); a follower
+//! forwards proposals to the leader, and a lagging one is caught up with a snapshot. Proposals that queue up while a log write is being fsynced go into
 //! the next write together (group commit). The Raft log is durable in [`wal`] segment files and
 //! compacted up to each state-machine checkpoint. Commands are opaque bytes to this crate: it
 //! guarantees only that every replica applies the same commands in the same order, and that a
@@ -16,8 +17,11 @@ mod log_store;
 mod logging;
 pub mod metrics;
 pub mod node;
+pub mod transport;
 pub mod wal;
 
 pub use error::{Error, Result};
 pub use metrics::Metrics;
-pub use node::{start, NodeConfig, NodeHandle, NodeStatus, ProposeError, StateMachine};
+pub use node::{
+    start, Membership, NodeConfig, NodeHandle, NodeStatus, PeerStatus, ProposeError, StateMachine,
+};

@@ -23,18 +23,26 @@ pub(crate) struct LogStore {
     conf_state: ConfState,
     /// Last compacted entry: everything at or below `index` is gone, but its `term` is kept.
     compacted: (u64, u64),
+    /// The last snapshot built for followers (served while it still covers the compaction
+    /// point).
+    snapshot: Option<Snapshot>,
+    /// Raft asked for a snapshot we did not have; the node task builds one.
+    snapshot_wanted: std::cell::Cell<bool>,
 }
 
 impl LogStore {
     /// Opens and recovers the log in `dir`. A brand-new directory is bootstrapped with
     /// `ConfState { voters }`. `applied` is the state machine's recovered index: applied implies
     /// committed, so the commit index is raised to it if the log's is lower (the commit index
-    /// is written without fsync and may lag the state machine's own durable state).
+    /// is written without fsync and may lag the state machine's own durable state). If the
+    /// state machine is past the end of the log at `snapshot_point` — a snapshot was restored
+    /// but the node stopped before the log was reset to it — the reset is finished here.
     pub(crate) fn open(
         dir: &std::path::Path,
         segment_bytes: u64,
         voters: &[u64],
         applied: u64,
+        snapshot_point: Option<(u64, u64)>,
     ) -> Result<LogStore> {
         let (mut wal, recovered) = Wal::open(dir, segment_bytes)?;
         let meta = match recovered.meta {
@@ -52,7 +60,18 @@ impl LogStore {
             hard_state: recovered.hard_state,
             conf_state: meta.get_conf_state().clone(),
             compacted: (meta.index, meta.term),
+            snapshot: None,
+            snapshot_wanted: std::cell::Cell::new(false),
         };
+        if let Some((index, term)) = snapshot_point {
+            if index == applied && index > store.last_index() {
+                tracing::warn!(index, term, "finishing an interrupted snapshot install");
+                let mut meta = meta.clone();
+                meta.index = index;
+                meta.term = term;
+                store.install_snapshot(&meta)?;
+            }
+        }
         let last = store.last_index();
         if applied < store.compacted.0 {
             return Err(Error::Config(format!(
@@ -149,6 +168,32 @@ impl LogStore {
         Ok(deleted)
     }
 
+    /// Resets the log to a snapshot's point: every entry goes, the compaction point becomes
+    /// (index, term) and the ConfState the snapshot's. The state machine must already hold the
+    /// snapshot durably.
+    pub(crate) fn install_snapshot(&mut self, meta: &SnapshotMetadata) -> Result<()> {
+        let mut hs = self.hard_state.clone();
+        hs.commit = hs.commit.max(meta.index);
+        hs.term = hs.term.max(meta.term);
+        self.wal.reset(meta.clone(), &hs)?;
+        self.entries.clear();
+        self.compacted = (meta.index, meta.term);
+        self.conf_state = meta.get_conf_state().clone();
+        self.hard_state = hs;
+        self.snapshot = None;
+        Ok(())
+    }
+
+    /// Keeps a snapshot built for followers.
+    pub(crate) fn set_snapshot(&mut self, snap: Snapshot) {
+        self.snapshot = Some(snap);
+    }
+
+    /// Whether raft asked for a snapshot since the last call.
+    pub(crate) fn take_snapshot_wanted(&self) -> bool {
+        self.snapshot_wanted.replace(false)
+    }
+
     pub(crate) fn last_index(&self) -> u64 {
         self.entries.last().map_or(self.compacted.0, |e| e.index)
     }
@@ -206,10 +251,17 @@ impl Storage for LogStore {
         Ok(LogStore::last_index(self))
     }
 
-    /// Snapshots carry state-machine data, which the `StateMachine` trait cannot produce yet:
-    /// a follower that falls behind the compaction point cannot be caught up. Raft treats this
-    /// error as "try again later".
-    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+    /// The snapshot last built, if it still reaches the compaction point (so the log after it
+    /// is all here). Otherwise the node task is asked to build one, and raft tries again
+    /// later.
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        if let Some(s) = &self.snapshot {
+            let index = s.get_metadata().index;
+            if index >= self.compacted.0 && index >= request_index {
+                return Ok(s.clone());
+            }
+        }
+        self.snapshot_wanted.set(true);
         Err(raft::Error::Store(
             StorageError::SnapshotTemporarilyUnavailable,
         ))
@@ -233,7 +285,7 @@ mod tests {
     fn term_of_compaction_point_survives_compaction_and_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let mut store = LogStore::open(dir.path(), 1 << 20, &[1], 0).unwrap();
+            let mut store = LogStore::open(dir.path(), 1 << 20, &[1], 0, None).unwrap();
             let ents: Vec<_> = (1..=10).map(|i| entry(i, 1 + i / 5)).collect();
             let hs = HardState {
                 term: 3,
@@ -254,7 +306,7 @@ mod tests {
                 4
             );
         }
-        let store = LogStore::open(dir.path(), 1 << 20, &[9], 6).unwrap();
+        let store = LogStore::open(dir.path(), 1 << 20, &[9], 6, None).unwrap();
         assert_eq!((store.first_index().unwrap(), store.last_index()), (7, 10));
         assert_eq!(store.term(6).unwrap(), 2);
         assert_eq!(store.term(10).unwrap(), 3);
@@ -271,7 +323,7 @@ mod tests {
     fn recovery_raises_commit_to_applied_and_rejects_impossible_states() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let mut store = LogStore::open(dir.path(), 1 << 20, &[1], 0).unwrap();
+            let mut store = LogStore::open(dir.path(), 1 << 20, &[1], 0, None).unwrap();
             let ents: Vec<_> = (1..=5).map(|i| entry(i, 1)).collect();
             let hs = HardState {
                 term: 1,
@@ -281,11 +333,11 @@ mod tests {
             store.append(&ents, Some(&hs)).unwrap();
             store.sync().unwrap();
         }
-        let store = LogStore::open(dir.path(), 1 << 20, &[1], 4).unwrap();
+        let store = LogStore::open(dir.path(), 1 << 20, &[1], 4, None).unwrap();
         assert_eq!(store.initial_state().unwrap().hard_state.commit, 4);
         drop(store);
         assert!(matches!(
-            LogStore::open(dir.path(), 1 << 20, &[1], 6),
+            LogStore::open(dir.path(), 1 << 20, &[1], 6, None),
             Err(Error::Config(_))
         ));
     }

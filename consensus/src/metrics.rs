@@ -20,6 +20,10 @@ pub struct Metrics {
     pub log_bytes: AtomicU64,
     /// State-machine checkpoints (each followed by a log compaction).
     pub checkpoints: AtomicU64,
+    /// Snapshots built for lagging followers.
+    pub snapshots_built: AtomicU64,
+    /// Snapshots received and installed.
+    pub snapshots_installed: AtomicU64,
 }
 
 impl Metrics {

@@ -1,20 +1,26 @@
 //! The node: its configuration, the [`StateMachine`] it drives, and the [`NodeHandle`]
-//! through which the rest of Sluice proposes commands.
+//! through which the rest of Sluice proposes commands, changes membership and asks for
+//! linearizable read barriers.
 //!
-//! [`start`] recovers the log, then runs the node task (module `driver`) on a dedicated OS thread
-//! with a current-thread tokio runtime: it selects over the proposal queue, the tick interval and
-//! the stop signal, and does its blocking log writes and fsyncs inline. Because the thread is
-//! busy while it fsyncs, proposals arriving meanwhile wait in the queue and are all drained into
-//! the next write: that is group commit, with no timers.
+//! [`start`] recovers the log, starts the peer transport (for a cluster) and runs the node task
+//! (module `driver`) on a dedicated OS thread with a current-thread tokio runtime: it selects
+//! over the request queue, the network inbox, the tick interval and the stop signal, and does
+//! its blocking log writes and fsyncs inline. Because the thread is busy while it fsyncs,
+//! proposals arriving meanwhile wait in the queue and are all drained into the next write: that
+//! is group commit, with no timers.
 //!
-//! Guarantees to a proposer: `Ok` only after the command is in an fsynced log write, committed
-//! and applied; `Dropped` only when it certainly was not and will not be committed; `Unknown`
-//! when that cannot be known (shutdown, lost leadership); `Failed` once the node is poisoned or
-//! stopped. No waiter is left hanging: every path out of the node task answers it.
+//! Any node takes proposals: a follower forwards them to the leader and answers when it has
+//! applied the entry itself. Guarantees to a proposer: `Ok` only after the command is in an
+//! fsynced log write on a quorum, committed and applied on this node; `Dropped` only when it
+//! certainly was not and will not be committed (no leader accepted it in time, or its log
+//! index went to another entry); `Unknown` when that cannot be known (shutdown, no answer in
+//! time); `Failed` once the node is poisoned or stopped. No waiter is left hanging: every path
+//! out of the node task answers it, and every wait is bounded in ticks.
 
 mod driver;
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +30,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::error::{Error, Result};
 use crate::log_store::LogStore;
 use crate::metrics::Metrics;
-use driver::{Driver, Proposal};
+use crate::transport::{NoTransport, TcpTransport, Transport, INBOUND_QUEUE};
+use driver::{Driver, Request};
 
 /// The replicated state machine. It is called only from the node thread, in log order.
 pub trait StateMachine: Send + 'static {
@@ -40,6 +47,16 @@ pub trait StateMachine: Send + 'static {
     /// Make everything applied so far durable; return the index it now covers. The node may
     /// then compact its log up to it.
     fn checkpoint(&mut self) -> std::result::Result<u64, String>;
+    /// Checkpoint, then serialize the whole state as of the index returned, for a follower
+    /// that is behind the log's compaction point.
+    fn snapshot(&mut self) -> std::result::Result<(u64, Vec<u8>), String>;
+    /// Replace the whole state with `data`, a leader's snapshot at (`index`, `term`). Durable
+    /// on return: afterwards `applied_index()` is `index` and `snapshot_point()` is
+    /// `Some((index, term))` until the next checkpoint moves past it.
+    fn restore(&mut self, index: u64, term: u64, data: &[u8]) -> std::result::Result<(), String>;
+    /// (index, term) of the last restored snapshot, while the checkpoint is exactly at it; the
+    /// log uses it to recover from a crash in the middle of installing a snapshot.
+    fn snapshot_point(&self) -> Option<(u64, u64)>;
 }
 
 /// Node settings. [`NodeConfig::single`] gives sensible defaults for a one-node cluster.
@@ -48,7 +65,12 @@ pub struct NodeConfig {
     /// This node's Raft id (non-zero).
     pub id: u64,
     /// Voters used to bootstrap a brand-new log; afterwards the persisted ConfState wins.
+    /// Empty for a node joining a running cluster (the leader adds it).
     pub voters: Vec<u64>,
+    /// Raft address (`host:port`) of each node, this one included (it listens there). Empty
+    /// for a single node without a transport. Members added later are remembered in the WAL
+    /// directory.
+    pub peers: BTreeMap<u64, String>,
     /// WAL directory.
     pub dir: PathBuf,
     /// Length of one Raft tick.
@@ -79,6 +101,15 @@ pub struct NodeConfig {
     /// `Dropped` (retryable). Bounds leader memory when a quorum is unreachable; it must exceed
     /// one group-commit batch or healthy batches would be split by drops.
     pub max_uncommitted_size: u64,
+    /// Ticks a request waits for a leader before it is `Dropped`.
+    pub leader_wait_ticks: u64,
+    /// Ticks a request that reached a leader waits to be applied before it is `Unknown`.
+    pub commit_wait_ticks: u64,
+    /// Requests waiting on this node (parked, forwarded or in the log) before more are
+    /// `Dropped`.
+    pub max_pending: usize,
+    /// Largest node-to-node frame; it bounds snapshot size too.
+    pub max_frame_bytes: usize,
 }
 
 impl NodeConfig {
@@ -99,6 +130,11 @@ impl NodeConfig {
             max_size_per_msg: 4 << 20,
             max_inflight_msgs: 64,
             max_uncommitted_size: 512 << 20,
+            peers: BTreeMap::new(),
+            leader_wait_ticks: 50,
+            commit_wait_ticks: 50,
+            max_pending: 65_536,
+            max_frame_bytes: 1 << 30,
         }
     }
 
@@ -107,8 +143,17 @@ impl NodeConfig {
         if self.id == 0 {
             return fail("id must be non-zero");
         }
-        if self.voters.is_empty() || self.voters.contains(&0) {
-            return fail("voters must be non-empty, non-zero ids");
+        if self.voters.contains(&0) || self.peers.contains_key(&0) {
+            return fail("node ids must be non-zero");
+        }
+        if self.voters.is_empty() && self.peers.is_empty() {
+            return fail("a node without voters must have peers to join");
+        }
+        if !self.peers.is_empty() && !self.peers.contains_key(&self.id) {
+            return fail("peers must include this node's own address");
+        }
+        if self.leader_wait_ticks == 0 || self.commit_wait_ticks == 0 || self.max_pending == 0 {
+            return fail("leader_wait_ticks, commit_wait_ticks and max_pending must be positive");
         }
         if self.tick_interval.is_zero() {
             return fail("tick_interval must be positive");
@@ -167,6 +212,34 @@ pub struct NodeStatus {
     pub role: String,
     /// Why the node stopped accepting writes, if it did.
     pub poisoned: Option<String>,
+    /// Every member as this node sees it (itself included).
+    pub peers: Vec<PeerStatus>,
+}
+
+/// One member of the cluster as seen from this node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeerStatus {
+    pub id: u64,
+    pub address: String,
+    pub voter: bool,
+    /// "leader", "follower", "candidate", "pre-candidate" or "learner".
+    pub role: String,
+    /// Last log index known to be on that node (its own last index for this node; known for
+    /// others only on the leader).
+    pub match_index: Option<u64>,
+    /// Entries the node is behind this node's last index (same availability).
+    pub lag: Option<u64>,
+    /// Milliseconds since a message from that node arrived (0 for this node).
+    pub last_contact_ms: Option<u64>,
+}
+
+/// A membership change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Membership {
+    /// Add a voter listening for Raft traffic at the address.
+    Add(u64, String),
+    /// Remove a node (if it leads, leadership moves first).
+    Remove(u64),
 }
 
 struct Shared {
@@ -178,7 +251,7 @@ struct Shared {
 
 /// A cheap, cloneable handle to a running node.
 pub struct NodeHandle<R> {
-    proposals: mpsc::Sender<Proposal<R>>,
+    proposals: mpsc::Sender<Request<R>>,
     shared: Arc<Shared>,
 }
 
@@ -200,13 +273,54 @@ impl<R: Send + 'static> NodeHandle<R> {
             return Err(ProposeError::Failed(reason));
         }
         let (reply, response) = oneshot::channel();
-        self.proposals
-            .send(Proposal { command, reply })
-            .await
-            .map_err(|_| ProposeError::Failed("node stopped".into()))?;
+        self.send(Request::Propose { command, reply }).await?;
         response
             .await
             .unwrap_or_else(|_| Err(ProposeError::Unknown("node stopped while waiting".into())))
+    }
+
+    /// Adds or removes a member; resolves once the change is applied on this node.
+    pub async fn change_membership(
+        &self,
+        change: Membership,
+    ) -> std::result::Result<(), ProposeError> {
+        let cc = membership_change(change);
+        let (reply, response) = oneshot::channel();
+        self.send(Request::ChangeMembership { change: cc, reply })
+            .await?;
+        response
+            .await
+            .unwrap_or_else(|_| Err(ProposeError::Unknown("node stopped while waiting".into())))
+    }
+
+    /// A linearizable read barrier: resolves once this node has applied everything the
+    /// leader had committed when it confirmed (with a quorum) that it still leads.
+    pub async fn read_index(&self) -> std::result::Result<(), ProposeError> {
+        let (reply, response) = oneshot::channel();
+        self.send(Request::ReadIndex { reply }).await?;
+        response
+            .await
+            .unwrap_or_else(|_| Err(ProposeError::Dropped("node stopped while waiting".into())))
+    }
+
+    /// If this node leads, starts handing leadership to the most up-to-date other voter, so
+    /// that a clean shutdown does not make the cluster wait out an election timeout.
+    pub async fn step_down(&self) -> std::result::Result<(), ProposeError> {
+        let (reply, response) = oneshot::channel();
+        self.send(Request::StepDown { reply }).await?;
+        response
+            .await
+            .unwrap_or_else(|_| Err(ProposeError::Failed("node stopped".into())))
+    }
+
+    async fn send(&self, req: Request<R>) -> std::result::Result<(), ProposeError> {
+        if let Some(reason) = self.shared.status.read().poisoned.clone() {
+            return Err(ProposeError::Failed(reason));
+        }
+        self.proposals
+            .send(req)
+            .await
+            .map_err(|_| ProposeError::Failed("node stopped".into()))
     }
 
     /// The node's counters.
@@ -240,7 +354,30 @@ pub fn start<SM: StateMachine>(config: NodeConfig, sm: SM) -> Result<NodeHandle<
         config.wal_segment_bytes,
         &config.voters,
         sm.applied_index(),
+        sm.snapshot_point(),
     )?;
+    let (inbound_tx, inbound) = mpsc::channel(INBOUND_QUEUE);
+    let transport: Box<dyn Transport> = if config.peers.is_empty() {
+        Box::new(NoTransport)
+    } else {
+        let addr = &config.peers[&config.id];
+        let listener = std::net::TcpListener::bind(addr)
+            .map_err(|e| Error::io(format!("listen for Raft peers on {addr}"), e))?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::Config("a cluster node must be started inside a tokio runtime".into())
+        })?;
+        Box::new(
+            TcpTransport::start(
+                config.id,
+                listener,
+                &config.peers,
+                inbound_tx.clone(),
+                config.max_frame_bytes,
+                runtime,
+            )
+            .map_err(|e| Error::io("start the Raft transport", e))?,
+        )
+    };
     let status = Arc::new(RwLock::new(NodeStatus {
         id: config.id,
         ..Default::default()
@@ -250,7 +387,16 @@ pub fn start<SM: StateMachine>(config: NodeConfig, sm: SM) -> Result<NodeHandle<
     let (stop, stop_rx) = watch::channel(false);
     let (stopped_tx, stopped) = watch::channel(false);
     let id = config.id;
-    let driver = Driver::new(config, store, sm, metrics.clone(), status.clone())?;
+    let driver = Driver::new(
+        config,
+        store,
+        sm,
+        transport,
+        metrics.clone(),
+        status.clone(),
+    )?;
+    // The transport holds the other senders; this one would keep the inbox open forever.
+    drop(inbound_tx);
     let done = DoneGuard {
         stopped: stopped_tx,
         status: status.clone(),
@@ -263,7 +409,7 @@ pub fn start<SM: StateMachine>(config: NodeConfig, sm: SM) -> Result<NodeHandle<
                 .enable_time()
                 .build()
             {
-                Ok(rt) => rt.block_on(driver.run(queue, stop_rx)),
+                Ok(rt) => rt.block_on(driver.run(queue, inbound, stop_rx)),
                 Err(e) => driver.abandon(format!("cannot build the node runtime: {e}")),
             }
         })
@@ -297,5 +443,72 @@ impl Drop for DoneGuard {
     }
 }
 
+/// The raft-rs configuration change for `change` (the address rides in its context).
+pub(crate) fn membership_change(change: Membership) -> raft::eraftpb::ConfChangeV2 {
+    use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2};
+    let mut cc = ConfChangeV2::default();
+    let mut single = ConfChangeSingle::default();
+    match change {
+        Membership::Add(id, addr) => {
+            single.set_change_type(ConfChangeType::AddNode);
+            single.node_id = id;
+            cc.set_context(addr.into_bytes().into());
+        }
+        Membership::Remove(id) => {
+            single.set_change_type(ConfChangeType::RemoveNode);
+            single.node_id = id;
+        }
+    }
+    cc.mut_changes().push(single);
+    cc
+}
+
+/// The file in the WAL directory remembering members' addresses (one `id=host:port` a line).
+const PEERS_FILE: &str = "peers";
+
+pub(crate) fn load_peers(dir: &Path) -> Result<BTreeMap<u64, String>> {
+    let path = dir.join(PEERS_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => return Err(Error::io(format!("read {}", path.display()), e)),
+    };
+    let mut peers = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let parsed = line
+            .split_once('=')
+            .and_then(|(id, addr)| Some((id.trim().parse::<u64>().ok()?, addr.trim().to_string())));
+        match parsed {
+            Some((id, addr)) => {
+                peers.insert(id, addr);
+            }
+            None => {
+                return Err(Error::Config(format!(
+                    "bad line in {}: {line}",
+                    path.display()
+                )))
+            }
+        }
+    }
+    Ok(peers)
+}
+
+pub(crate) fn save_peers(dir: &Path, peers: &BTreeMap<u64, String>) -> Result<()> {
+    use std::io::Write as _;
+    let path = dir.join(PEERS_FILE);
+    let tmp = dir.join("peers.tmp");
+    let text: String = peers.iter().map(|(id, a)| format!("{id}={a}\n")).collect();
+    let mut f = std::fs::File::create(&tmp)
+        .map_err(|e| Error::io(format!("create {}", tmp.display()), e))?;
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(|e| Error::io(format!("write {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io(format!("rename {}", tmp.display()), e))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod sim;

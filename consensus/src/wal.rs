@@ -246,6 +246,24 @@ impl Wal {
         Ok(deleted)
     }
 
+    /// Replaces the whole log with a snapshot's point: deletes every segment, starts an empty
+    /// one holding `hs`, then records `meta`. A crash in between leaves a log that ends before
+    /// the state machine's snapshot, which [`crate::log_store::LogStore::open`] completes.
+    pub fn reset(&mut self, meta: SnapshotMetadata, hs: &HardState) -> Result<()> {
+        for seg in self.segments.drain(..) {
+            fs::remove_file(&seg.path).ctx(|| format!("remove {}", seg.path.display()))?;
+        }
+        let (seg, file) = create_segment(&self.dir, meta.index + 1)?;
+        self.segments.push(seg);
+        self.active = file;
+        self.active_len = 0;
+        self.last_index = meta.index;
+        self.unsynced = false;
+        self.append(&[], Some(hs))?;
+        self.sync()?;
+        self.save_meta(meta)
+    }
+
     /// Number of segment files, for tests and diagnostics.
     pub fn segment_count(&self) -> usize {
         self.segments.len()

@@ -5,6 +5,7 @@
 //! and a server listening beyond loopback refuses to start without a
 //! password.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,9 +27,14 @@ pub struct ServeArgs {
     /// This node's id in the Raft group [default: 1]
     #[arg(long)]
     pub node_id: Option<u64>,
-    /// Cluster members as id=host:port,... (multi-node clusters are not available yet)
+    /// Cluster members' Raft addresses as id=host:port,... including this node (which
+    /// listens for peers on its own entry). Without it the node runs alone.
     #[arg(long)]
     pub peers: Option<String>,
+    /// Join a running cluster: start with no voters and wait for the leader to add this node
+    /// (`ALTER CLUSTER ADD NODE id 'host:port'` on any member)
+    #[arg(long)]
+    pub join: bool,
     /// Password required from clients (cleartext over the connection)
     #[arg(long, env = "SLUICE_PASSWORD")]
     pub password: Option<String>,
@@ -59,6 +65,7 @@ struct FileConfig {
     listen: Option<String>,
     node_id: Option<u64>,
     peers: Option<String>,
+    join: Option<bool>,
     password: Option<String>,
     max_connections: Option<usize>,
     max_row_bytes: Option<usize>,
@@ -73,6 +80,10 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub node_id: u64,
+    /// Raft address of every member, this node included; empty for a single node.
+    pub peers: BTreeMap<u64, String>,
+    /// Start with no voters, waiting to be added.
+    pub join: bool,
     pub password: Option<String>,
     pub max_connections: usize,
     pub max_row_bytes: usize,
@@ -106,18 +117,32 @@ impl Config {
                 "refusing to listen on {listen} without authentication: set --password (or SLUICE_PASSWORD), or listen on loopback"
             ));
         }
-        if args.peers.or(file.peers).is_some() {
-            return Err(
-                "multi-node clusters (--peers) are not available yet; run a single node".into(),
-            );
+        let node_id = args.node_id.or(file.node_id).unwrap_or(1);
+        let peers = match args.peers.or(file.peers) {
+            Some(text) => parse_peers(&text)?,
+            None => BTreeMap::new(),
+        };
+        if node_id == 0 {
+            return Err("--node-id must be positive".into());
+        }
+        if !peers.is_empty() && !peers.contains_key(&node_id) {
+            return Err(format!(
+                "--peers must include this node ({node_id}=HOST:PORT, where it listens for peers)"
+            ));
+        }
+        let join = args.join || file.join.unwrap_or(false);
+        if join && peers.is_empty() {
+            return Err("--join needs --peers (at least this node's own address)".into());
         }
         Ok(Config {
+            node_id,
+            peers,
+            join,
             data_dir: args
                 .data_dir
                 .or(file.data_dir)
                 .unwrap_or_else(|| PathBuf::from("./sluice-data")),
             listen,
-            node_id: args.node_id.or(file.node_id).unwrap_or(1),
             password,
             max_connections: args
                 .max_connections
@@ -143,6 +168,34 @@ impl Config {
     }
 }
 
+/// `1=host:port,2=host:port,...`
+fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut peers = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, addr) = item
+            .split_once('=')
+            .ok_or_else(|| format!("--peers: \"{item}\" is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .ok()
+            .filter(|i| *i > 0)
+            .ok_or_else(|| format!("--peers: \"{id}\" is not a positive node id"))?;
+        let addr = addr.trim();
+        if addr
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .is_none()
+        {
+            return Err(format!("--peers: \"{addr}\" is not HOST:PORT"));
+        }
+        if peers.insert(id, addr.to_string()).is_some() {
+            return Err(format!("--peers: node {id} is listed twice"));
+        }
+    }
+    Ok(peers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +215,26 @@ mod tests {
             ..Default::default()
         };
         assert!(Config::resolve(args).is_ok());
+    }
+
+    #[test]
+    fn peers_are_parsed_and_must_include_this_node() {
+        let args = ServeArgs {
+            node_id: Some(2),
+            peers: Some("1=127.0.0.1:7001, 2=127.0.0.1:7002,3=localhost:7003".into()),
+            ..Default::default()
+        };
+        let c = Config::resolve(args).unwrap();
+        assert_eq!(c.peers.len(), 3);
+        assert_eq!(c.peers[&3], "localhost:7003");
+        for bad in ["1=127.0.0.1:7001", "2=nope", "x=1:2,2=a:1", "2=a:1,2=b:2"] {
+            let args = ServeArgs {
+                node_id: Some(2),
+                peers: Some(bad.into()),
+                ..Default::default()
+            };
+            assert!(Config::resolve(args).is_err(), "{bad}");
+        }
     }
 
     #[test]

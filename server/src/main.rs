@@ -79,7 +79,14 @@ fn main() {
 async fn serve(config: Config) -> Result<(), String> {
     let mut engine_config = EngineConfig::single_node(config.data_dir.clone());
     engine_config.node.id = config.node_id;
-    engine_config.node.voters = vec![config.node_id];
+    engine_config.node.voters = if config.join {
+        Vec::new()
+    } else if config.peers.is_empty() {
+        vec![config.node_id]
+    } else {
+        config.peers.keys().copied().collect()
+    };
+    engine_config.node.peers = config.peers.clone();
     engine_config.node.fsync_delay = config.fsync_delay;
     engine_config.segment_bytes = config.segment_bytes;
     engine_config.node.checkpoint_entries = config.checkpoint_entries;
@@ -132,6 +139,7 @@ async fn serve(config: Config) -> Result<(), String> {
         }
     }
     tracing::info!("shutting down");
+    engine.step_down().await;
     tracker.close();
     if tokio::time::timeout(Duration::from_secs(5), tracker.wait())
         .await

@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use prost::Message as _;
 use serde::{Deserialize, Serialize};
 use sluice_consensus::StateMachine;
 use sluice_storage::{StreamCheckpoint, StreamLog, StreamLogOptions};
@@ -58,6 +59,41 @@ struct CheckpointFile {
     tables: Vec<TableDef>,
     #[serde(default)]
     table_versions: Vec<(u64, TableVersions)>,
+    /// (index, term) of the Raft snapshot this checkpoint was restored from, while the
+    /// checkpoint is still exactly at it.
+    #[serde(default)]
+    snapshot_point: Option<(u64, u64)>,
+}
+
+/// What a Raft snapshot of the database carries: the checkpoint record, every table's rows
+/// (raw) and every stream file, all as of one checkpoint.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SnapshotState {
+    #[prost(bytes = "vec", tag = "1")]
+    record: Vec<u8>,
+    #[prost(message, repeated, tag = "2")]
+    tables: Vec<SnapshotTable>,
+    #[prost(message, repeated, tag = "3")]
+    files: Vec<SnapshotFile>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct SnapshotTable {
+    #[prost(string, tag = "1")]
+    name: String,
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    keys: Vec<Vec<u8>>,
+    #[prost(bytes = "vec", repeated, tag = "3")]
+    values: Vec<Vec<u8>>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct SnapshotFile {
+    /// Path under the streams directory (`<stream id>/<file>`).
+    #[prost(string, tag = "1")]
+    path: String,
+    #[prost(bytes = "vec", tag = "2")]
+    data: Vec<u8>,
 }
 
 /// PostgreSQL's first OID for user objects.
@@ -92,6 +128,8 @@ pub struct Database {
     tables: Arc<TableStore>,
     /// Tables dropped since the last checkpoint (their rows go at the next).
     dropped_tables: Vec<u64>,
+    /// See [`CheckpointFile::snapshot_point`].
+    snapshot_point: Option<(u64, u64)>,
 }
 
 impl Database {
@@ -119,44 +157,11 @@ impl Database {
                 Err(e) => return Err(Error::io(format!("{}: {e}", cp_path.display()))),
             },
         };
-        catalog.clear();
-        catalog.insert_table(Arc::new(Table::new(TableDef::consumer_offsets())));
-        for def in &cp.tables {
-            catalog.insert_table(Arc::new(Table::new(def.clone())));
-        }
-        tables.restore(cp.applied_index, cp.table_versions.iter().copied());
-        let mut known = Vec::new();
-        let mut next_oid = cp.next_oid.max(first_user_oid());
-        let mut streams: Vec<&CheckpointedStream> = cp.streams.iter().collect();
-        streams.sort_by_key(|s| s.def.id);
-        for s in streams {
-            // streams from before OIDs existed get one now, in creation order
-            let mut def = s.def.clone();
-            if def.oid == 0 {
-                def.oid = next_oid;
-                next_oid += 1;
-            }
-            let sdir = stream_dir(dir, s.def.id);
-            let log = StreamLog::open(
-                &sdir,
-                stream_options(&s.def, default_segment_bytes),
-                &s.position,
-            )?;
-            catalog.insert(Arc::new(Stream::new(def, Arc::new(log))));
-            known.push(sdir);
-        }
-        if let Ok(entries) = fs::read_dir(&streams_dir) {
-            for entry in entries.flatten() {
-                let p = entry.path();
-                if !known.contains(&p) {
-                    tracing::info!(path = %p.display(), "removing stream directory not in the checkpoint");
-                    let _ = fs::remove_dir_all(&p);
-                }
-            }
-        }
+        let next_oid = load_catalog(dir, &catalog, &tables, &cp, default_segment_bytes)?;
         Ok(Database {
             tables: Arc::new(tables),
             dropped_tables: Vec::new(),
+            snapshot_point: cp.snapshot_point,
             next_oid,
             dir: dir.to_path_buf(),
             catalog,
@@ -223,18 +228,137 @@ impl Database {
                 .map(|t| t.def.clone())
                 .collect(),
             table_versions: self.tables.versions(),
+            snapshot_point: self.snapshot_point.filter(|(i, _)| *i == index),
         };
         let bytes = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
         self.tables
             .checkpoint(index, &bytes, &self.dropped_tables)
             .map_err(|e| format!("writing checkpoint in {}: {e}", self.dir.display()))?;
         self.dropped_tables.clear();
+        self.snapshot_point = file.snapshot_point;
         let legacy = self.dir.join(LEGACY_CHECKPOINT_FILE);
         if legacy.exists() {
             fs::remove_file(&legacy).map_err(|e| format!("{}: {e}", legacy.display()))?;
         }
         self.checkpointed = index;
         Ok(index)
+    }
+
+    /// Checkpoint, then the whole database as of that checkpoint: the record, every table
+    /// (the delta is empty right after a checkpoint) and every stream file (exactly at the
+    /// checkpointed positions: nothing appends between the checkpoint and the read, both run
+    /// on the state-machine thread).
+    fn take_snapshot(&mut self) -> Result<(u64, Vec<u8>), String> {
+        let index = self.write_checkpoint(self.applied)?;
+        let record = self.tables.record().map_err(|e| e.to_string())?;
+        let tables = self
+            .tables
+            .dump()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|(name, rows)| {
+                let (keys, values) = rows.into_iter().unzip();
+                SnapshotTable { name, keys, values }
+            })
+            .collect();
+        let mut files = Vec::new();
+        let streams_dir = self.dir.join(STREAMS_DIR);
+        let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+        for s in self.catalog.list() {
+            let sdir = stream_dir(&self.dir, s.def.id);
+            let mut names: Vec<PathBuf> = fs::read_dir(&sdir)
+                .map_err(|e| io(&sdir, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file())
+                .collect();
+            names.sort();
+            for path in names {
+                let data = fs::read(&path).map_err(|e| io(&path, e))?;
+                let rel = path
+                    .strip_prefix(&streams_dir)
+                    .map_err(|e| e.to_string())?
+                    .to_string_lossy()
+                    .into_owned();
+                files.push(SnapshotFile { path: rel, data });
+            }
+        }
+        let state = SnapshotState {
+            record,
+            tables,
+            files,
+        };
+        Ok((index, state.encode_to_vec()))
+    }
+
+    /// Replace everything with a leader's snapshot taken at `index` (Raft term `term`):
+    /// stream files first (each fsynced), then tables and the checkpoint record in one
+    /// durable transaction, then the catalog is rebuilt from that record.
+    fn restore_snapshot(&mut self, index: u64, term: u64, data: &[u8]) -> Result<(), String> {
+        let snap = SnapshotState::decode(data).map_err(|e| format!("undecodable snapshot: {e}"))?;
+        let mut cp: CheckpointFile = serde_json::from_slice(&snap.record)
+            .map_err(|e| format!("unreadable checkpoint record in snapshot: {e}"))?;
+        cp.applied_index = index;
+        cp.snapshot_point = Some((index, term));
+        let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+        // Old streams go first: their open files must not see the new contents.
+        self.catalog.clear();
+        let streams_dir = self.dir.join(STREAMS_DIR);
+        match fs::remove_dir_all(&streams_dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&streams_dir, e)),
+        }
+        fs::create_dir_all(&streams_dir).map_err(|e| io(&streams_dir, e))?;
+        let mut dirs = std::collections::BTreeSet::new();
+        for f in &snap.files {
+            let rel = Path::new(&f.path);
+            if rel.is_absolute()
+                || rel
+                    .components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
+            {
+                return Err(format!(
+                    "snapshot file path {:?} escapes the data directory",
+                    f.path
+                ));
+            }
+            let path = streams_dir.join(rel);
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+                dirs.insert(parent.to_path_buf());
+            }
+            let mut file = fs::File::create(&path).map_err(|e| io(&path, e))?;
+            std::io::Write::write_all(&mut file, &f.data).map_err(|e| io(&path, e))?;
+            file.sync_all().map_err(|e| io(&path, e))?;
+        }
+        dirs.insert(streams_dir.clone());
+        for d in dirs {
+            fs::File::open(&d)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| io(&d, e))?;
+        }
+        let record = serde_json::to_vec(&cp).map_err(|e| e.to_string())?;
+        let tables = snap
+            .tables
+            .into_iter()
+            .map(|t| (t.name, t.keys.into_iter().zip(t.values).collect()))
+            .collect();
+        self.tables
+            .replace_all(tables, &record, index, cp.table_versions.iter().copied())
+            .map_err(|e| e.to_string())?;
+        self.next_oid = load_catalog(
+            &self.dir,
+            &self.catalog,
+            &self.tables,
+            &cp,
+            self.default_segment_bytes,
+        )
+        .map_err(|e| e.to_string())?;
+        self.applied = index;
+        self.checkpointed = index;
+        self.dropped_tables.clear();
+        self.snapshot_point = cp.snapshot_point;
+        Ok(())
     }
 
     /// Decide, before anything is applied, which rows of appends to
@@ -678,6 +802,55 @@ pub const DEFAULT_DEDUP_WINDOW_MS: u64 = 5 * 60 * 1000;
 
 /// The table-store id of a stream's dedup index (high bit set: never a
 /// table's id).
+/// Rebuilds the catalog from a checkpoint record: tables, then every stream opened at its
+/// durable position (dropping anything later, which the Raft log replays); removes stream
+/// directories the record does not know. Returns the next OID to hand out.
+fn load_catalog(
+    dir: &Path,
+    catalog: &Catalog,
+    tables: &TableStore,
+    cp: &CheckpointFile,
+    default_segment_bytes: u64,
+) -> Result<u32, Error> {
+    let streams_dir = dir.join(STREAMS_DIR);
+    catalog.clear();
+    catalog.insert_table(Arc::new(Table::new(TableDef::consumer_offsets())));
+    for def in &cp.tables {
+        catalog.insert_table(Arc::new(Table::new(def.clone())));
+    }
+    tables.restore(cp.applied_index, cp.table_versions.iter().copied());
+    let mut known = Vec::new();
+    let mut next_oid = cp.next_oid.max(first_user_oid());
+    let mut streams: Vec<&CheckpointedStream> = cp.streams.iter().collect();
+    streams.sort_by_key(|s| s.def.id);
+    for s in streams {
+        // streams from before OIDs existed get one now, in creation order
+        let mut def = s.def.clone();
+        if def.oid == 0 {
+            def.oid = next_oid;
+            next_oid += 1;
+        }
+        let sdir = stream_dir(dir, s.def.id);
+        let log = StreamLog::open(
+            &sdir,
+            stream_options(&s.def, default_segment_bytes),
+            &s.position,
+        )?;
+        catalog.insert(Arc::new(Stream::new(def, Arc::new(log))));
+        known.push(sdir);
+    }
+    if let Ok(entries) = fs::read_dir(&streams_dir) {
+        for entry in entries.flatten() {
+            let p = entry.path();
+            if !known.contains(&p) {
+                tracing::info!(path = %p.display(), "removing stream directory not in the checkpoint");
+                let _ = fs::remove_dir_all(&p);
+            }
+        }
+    }
+    Ok(next_oid)
+}
+
 fn dedup_table_id(stream_id: u64) -> u64 {
     stream_id | 1 << 63
 }
@@ -739,6 +912,18 @@ impl StateMachine for Database {
 
     fn checkpoint(&mut self) -> Result<u64, String> {
         self.write_checkpoint(self.applied)
+    }
+
+    fn snapshot(&mut self) -> Result<(u64, Vec<u8>), String> {
+        self.take_snapshot()
+    }
+
+    fn restore(&mut self, index: u64, term: u64, data: &[u8]) -> Result<(), String> {
+        self.restore_snapshot(index, term, data)
+    }
+
+    fn snapshot_point(&self) -> Option<(u64, u64)> {
+        self.snapshot_point
     }
 }
 

@@ -18,7 +18,7 @@ use datafusion::datasource::{MemTable, TableProvider};
 use datafusion::error::Result as DFResult;
 use datafusion::execution::context::SessionContext;
 use datafusion::prelude::SessionConfig;
-use sluice_consensus::{NodeConfig, NodeHandle, ProposeError};
+use sluice_consensus::{Membership, NodeConfig, NodeHandle, ProposeError};
 
 use crate::apply::{ApplyStats, Database};
 use crate::catalog::Catalog;
@@ -126,8 +126,40 @@ impl Engine {
     /// replays it in the background): a command with no ops goes through
     /// the log, and when it is applied so is everything before it. Serve
     /// no client before this returns.
+    /// In a cluster this also waits for a leader (retrying while there is
+    /// none); the caller bounds the wait.
     pub async fn wait_ready(&self) -> Result<()> {
-        self.propose(vec![]).await.map(|_| ())
+        loop {
+            match self.propose(vec![]).await {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if e.code == sqlstate::SERIALIZATION_FAILURE
+                        || e.code == sqlstate::STATEMENT_COMPLETION_UNKNOWN =>
+                {
+                    tracing::info!("waiting for the cluster: {}", e.message);
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A linearizable read barrier (`read_consistency = 'linearizable'`):
+    /// returns once this node has applied everything the leader had
+    /// committed when the read was made.
+    pub async fn read_barrier(&self) -> Result<()> {
+        self.node
+            .read_index()
+            .await
+            .map_err(|e| propose_error(e, "the read"))
+    }
+
+    /// `ALTER CLUSTER ADD NODE` / `REMOVE NODE`.
+    pub async fn change_membership(&self, change: Membership) -> Result<()> {
+        self.node
+            .change_membership(change)
+            .await
+            .map_err(|e| propose_error(e, "the membership change"))
     }
 
     /// Propose `ops` as one atomic command and wait until it is applied.
@@ -163,15 +195,7 @@ impl Engine {
         }
         match self.node.propose(bytes).await {
             Ok(result) => result,
-            Err(ProposeError::Dropped(msg)) => Err(Error::new(
-                sqlstate::SERIALIZATION_FAILURE,
-                format!("the write was not committed ({msg}); retry it"),
-            )),
-            Err(ProposeError::Unknown(msg)) => Err(Error::new(
-                sqlstate::STATEMENT_COMPLETION_UNKNOWN,
-                format!("the outcome of the write is unknown: {msg}"),
-            )),
-            Err(ProposeError::Failed(msg)) => Err(Error::io(format!("writes are disabled: {msg}"))),
+            Err(e) => Err(propose_error(e, "the write")),
         }
     }
 
@@ -194,6 +218,22 @@ impl Engine {
         now.max(prev)
     }
 
+    /// Before a clean shutdown: if this node leads a cluster, hand leadership
+    /// over and wait (at most 3 s) until another node has it.
+    pub async fn step_down(&self) {
+        let me = self.node.status();
+        if me.role != "leader" || me.peers.len() < 2 {
+            return;
+        }
+        if self.node.step_down().await.is_err() {
+            return;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while self.node.status().leader_id == me.id && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn shutdown(&self) {
         self.node.shutdown().await;
     }
@@ -211,6 +251,8 @@ impl Engine {
             ("log_fsyncs", get(&m.log_fsyncs)),
             ("log_bytes", get(&m.log_bytes)),
             ("checkpoints", get(&m.checkpoints)),
+            ("snapshots_built", get(&m.snapshots_built)),
+            ("snapshots_installed", get(&m.snapshots_installed)),
             ("streams", self.catalog.list().len() as i64),
             (
                 "frames_read",
@@ -251,6 +293,23 @@ impl Engine {
         ctx.register_catalog(CATALOG_NAME, Arc::new(catalog));
         self.system.install(&ctx, self, vars);
         ctx
+    }
+}
+
+/// What a client hears when the cluster could not take a request: 40001
+/// (retry) when it certainly did not happen — no leader in time, or its log
+/// position went to another entry — and 40003 when nobody can tell.
+fn propose_error(e: ProposeError, what: &str) -> Error {
+    match e {
+        ProposeError::Dropped(msg) => Error::new(
+            sqlstate::SERIALIZATION_FAILURE,
+            format!("{what} was not committed ({msg}); retry it"),
+        ),
+        ProposeError::Unknown(msg) => Error::new(
+            sqlstate::STATEMENT_COMPLETION_UNKNOWN,
+            format!("the outcome of {what} is unknown: {msg}"),
+        ),
+        ProposeError::Failed(msg) => Error::io(format!("writes are disabled: {msg}")),
     }
 }
 
@@ -306,6 +365,7 @@ impl std::fmt::Debug for Engine {
 
 const STATS_VIEW: &str = "sluice_stats";
 const STREAMS_VIEW: &str = "sluice_streams";
+const CLUSTER_VIEW: &str = "sluice_cluster";
 
 #[async_trait]
 impl SchemaProvider for LiveSchema {
@@ -322,6 +382,7 @@ impl SchemaProvider for LiveSchema {
         names.extend(engine.catalog.tables().iter().map(|t| t.def.name.clone()));
         names.push(STATS_VIEW.into());
         names.push(STREAMS_VIEW.into());
+        names.push(CLUSTER_VIEW.into());
         names
     }
 
@@ -350,6 +411,7 @@ impl SchemaProvider for LiveSchema {
         match name {
             STATS_VIEW => Ok(Some(stats_table(&engine)?)),
             STREAMS_VIEW => Ok(Some(streams_table(&engine)?)),
+            CLUSTER_VIEW => Ok(Some(cluster_table(&engine)?)),
             _ => Ok(None),
         }
     }
@@ -357,7 +419,12 @@ impl SchemaProvider for LiveSchema {
     fn table_exist(&self, name: &str) -> bool {
         self.engine
             .upgrade()
-            .map(|e| e.catalog.exists(name) || name == STATS_VIEW || name == STREAMS_VIEW)
+            .map(|e| {
+                e.catalog.exists(name)
+                    || name == STATS_VIEW
+                    || name == STREAMS_VIEW
+                    || name == CLUSTER_VIEW
+            })
             .unwrap_or(false)
     }
 }
@@ -367,7 +434,75 @@ pub(crate) fn system_views() -> Vec<(&'static str, SchemaRef)> {
     vec![
         (STATS_VIEW, stats_schema()),
         (STREAMS_VIEW, streams_schema()),
+        (CLUSTER_VIEW, cluster_schema()),
     ]
+}
+
+fn cluster_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("node_id", DataType::Int64, false),
+        Field::new("address", DataType::Utf8, true),
+        Field::new("role", DataType::Utf8, false),
+        Field::new("voter", DataType::Boolean, false),
+        Field::new("is_self", DataType::Boolean, false),
+        Field::new("term", DataType::Int64, false),
+        Field::new("commit_index", DataType::Int64, true),
+        Field::new("applied_index", DataType::Int64, true),
+        Field::new("match_index", DataType::Int64, true),
+        Field::new("lag", DataType::Int64, true),
+        Field::new("last_contact_ms", DataType::Int64, true),
+    ]))
+}
+
+/// One row per member as this node sees it: its own row has its commit and
+/// applied index; match index and lag of other members are known on the
+/// leader only.
+fn cluster_table(engine: &Engine) -> DFResult<Arc<dyn TableProvider>> {
+    use arrow::array::BooleanArray;
+    let st = engine.node_status();
+    let mut peers = st.peers.clone();
+    if peers.is_empty() {
+        peers.push(sluice_consensus::PeerStatus {
+            id: st.id,
+            role: st.role.clone(),
+            voter: true,
+            ..Default::default()
+        });
+    }
+    let me = |p: &sluice_consensus::PeerStatus| p.id == st.id;
+    let int = |f: &dyn Fn(&sluice_consensus::PeerStatus) -> Option<u64>| -> Arc<Int64Array> {
+        Arc::new(Int64Array::from_iter(
+            peers.iter().map(|p| f(p).map(|v| v as i64)),
+        ))
+    };
+    let schema = cluster_schema();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(
+                peers.iter().map(|p| p.id as i64),
+            )),
+            Arc::new(StringArray::from_iter(
+                peers
+                    .iter()
+                    .map(|p| (!p.address.is_empty()).then(|| p.address.clone())),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                peers.iter().map(|p| p.role.clone()),
+            )),
+            Arc::new(BooleanArray::from_iter(peers.iter().map(|p| Some(p.voter)))),
+            Arc::new(BooleanArray::from_iter(peers.iter().map(|p| Some(me(p))))),
+            Arc::new(Int64Array::from_iter_values(
+                peers.iter().map(|_| st.term as i64),
+            )),
+            int(&|p| me(p).then_some(st.commit_index)),
+            int(&|p| me(p).then_some(st.applied_index)),
+            int(&|p| p.match_index),
+            int(&|p| p.lag),
+            int(&|p| p.last_contact_ms),
+        ],
+    )?;
+    Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
 }
 
 fn stats_schema() -> SchemaRef {

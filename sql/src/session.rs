@@ -374,8 +374,31 @@ impl Session {
                 ));
             }
         }
+        if matches!(
+            p,
+            Parsed::Query(_) | Parsed::CopyTo { .. } | Parsed::Declare { .. }
+        ) && self
+            .vars
+            .read()
+            .settings
+            .get("read_consistency")
+            .map(String::as_str)
+            == Some("linearizable")
+        {
+            self.engine.read_barrier().await?;
+        }
         match p {
             Parsed::Query(stmt) => self.query(stmt, params).await,
+            Parsed::AlterCluster(change) => {
+                if matches!(self.txn, Txn::Block(_)) {
+                    return Err(Error::new(
+                        sqlstate::ACTIVE_SQL_TRANSACTION,
+                        "ALTER CLUSTER cannot run inside a transaction block",
+                    ));
+                }
+                self.engine.change_membership(change.clone()).await?;
+                Ok(Output::Tag("ALTER CLUSTER".into()))
+            }
             Parsed::Insert(ins) if self.table(&insert_target(ins)?).is_some() => {
                 self.table_dml(p, params).await
             }

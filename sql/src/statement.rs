@@ -28,6 +28,8 @@ pub use datafusion::sql::sqlparser;
 pub enum Parsed {
     /// SELECT, VALUES, WITH, EXPLAIN: planned and run by DataFusion.
     Query(Box<Statement>),
+    /// `ALTER CLUSTER ADD NODE id 'host:port'` / `ALTER CLUSTER REMOVE NODE id`.
+    AlterCluster(sluice_consensus::Membership),
     Insert(Box<sqlparser::ast::Insert>),
     CreateStream {
         def: StreamDef,
@@ -127,6 +129,9 @@ pub enum CopyFormat {
 /// `COPY ... FROM STDIN;` followed by data lines and a `\.` line (as psql
 /// scripts write it) carries that data inline.
 pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
+    if let Some(change) = parse_alter_cluster(sql)? {
+        return Ok(vec![Parsed::AlterCluster(change)]);
+    }
     if let Some((head, data, rest)) = split_inline_copy(sql) {
         let mut out = parse_statements(head)?;
         match out.last_mut() {
@@ -141,6 +146,61 @@ pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
         return Ok(out);
     }
     parse_statements(sql)
+}
+
+/// `ALTER CLUSTER ADD NODE <id> '<host:port>'` or `ALTER CLUSTER REMOVE NODE <id>`, alone
+/// in the text (an optional `;` after it). `None` if the text is not an ALTER CLUSTER.
+fn parse_alter_cluster(sql: &str) -> Result<Option<sluice_consensus::Membership>> {
+    let dialect = PostgreSqlDialect {};
+    let Ok(tokens) = Tokenizer::new(&dialect, sql).tokenize() else {
+        return Ok(None);
+    };
+    let toks: Vec<&Token> = tokens
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    let word = |i: usize, w: &str| matches!(toks.get(i), Some(Token::Word(x)) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+    if !(word(0, "alter") && word(1, "cluster")) {
+        return Ok(None);
+    }
+    let usage = "syntax error: expected ALTER CLUSTER ADD NODE <id> '<host:port>' or ALTER CLUSTER REMOVE NODE <id>";
+    let id = match toks.get(4) {
+        Some(Token::Number(n, _)) => n.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            Error::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("node id must be a positive integer, not {n}"),
+            )
+        })?,
+        _ => return Err(Error::syntax(usage)),
+    };
+    let end = |i: usize| {
+        toks[i..]
+            .iter()
+            .all(|t| matches!(t, Token::SemiColon | Token::EOF))
+    };
+    if word(2, "add") && word(3, "node") {
+        let Some(Token::SingleQuotedString(addr)) = toks.get(5) else {
+            return Err(Error::syntax(usage));
+        };
+        if !end(6) {
+            return Err(Error::syntax(usage));
+        }
+        if addr
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .is_none()
+        {
+            return Err(Error::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("node address \"{addr}\" is not HOST:PORT"),
+            ));
+        }
+        return Ok(Some(sluice_consensus::Membership::Add(id, addr.clone())));
+    }
+    if word(2, "remove") && word(3, "node") && end(5) {
+        return Ok(Some(sluice_consensus::Membership::Remove(id)));
+    }
+    Err(Error::syntax(usage))
 }
 
 /// Split `...COPY x FROM STDIN ...;\n<data>\\.\n<rest>` into its parts.

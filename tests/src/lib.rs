@@ -6,6 +6,7 @@
 //! The binary under test is `$SLUICE_BIN` or the `sluice` built next to the
 //! test binaries; build it first with `cargo build --bins`.
 
+pub mod cluster;
 pub mod psql;
 mod server;
 

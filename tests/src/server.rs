@@ -199,7 +199,7 @@ impl Drop for Server {
 
 /// Copies a child's output line by line into the test's captured stderr.
 /// The first `listening on` line's port is sent on `port_tx`.
-fn forward_output(
+pub fn forward_output(
     stream: impl Read + Send + 'static,
     tag: String,
     mut port_tx: Option<mpsc::Sender<u16>>,

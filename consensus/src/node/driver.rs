@@ -1,60 +1,156 @@
-//! The node task: owns the `RawNode`, the [`LogStore`] inside it and the state machine, and
-//! runs raft-rs's Ready loop in exactly this order (see `docs/architecture.md`):
-//! send `messages` → apply snapshot → apply `committed_entries` → append `entries` + HardState
-//! (one fsync if `must_sync`) → send `persisted_messages` → `advance` → LightReady (persist the
-//! commit index, send messages, apply committed entries) → `advance_apply` → maybe checkpoint.
+//! The node task: owns the `RawNode`, the [`LogStore`] inside it, the state machine and the
+//! transport, and runs raft-rs's Ready loop in exactly this order (see `docs/architecture.md`):
+//! send `messages` → install snapshot → apply `committed_entries` → append `entries` +
+//! HardState (one fsync if `must_sync`) → send `persisted_messages` → `advance` → LightReady
+//! (persist the commit index, send messages, apply committed entries) → `advance_apply` →
+//! maybe checkpoint → maybe build a snapshot a follower asked for.
 //!
-//! Waiters are keyed by log index and remember the term they were proposed in: (index, term)
-//! identifies an entry, so an entry applied at a waiter's index with another term means the
-//! proposal was overwritten (`Dropped`). Once anything non-deterministic fails (WAL write or
-//! fsync, state machine apply or checkpoint) the node is poisoned for good: it fails every
-//! waiter and every later proposal with `Failed` and never acknowledges anything again, because
-//! after a failed fsync nobody knows what is on disk (fsyncgate).
+//! Every request (proposal, membership change, read barrier) gets a *tag*, unique on this node,
+//! and a waiter keyed by it. A proposal is put in the log with `(node id, tag)` as the entry
+//! context — by this node if it leads, otherwise by the leader it is forwarded to — and its
+//! waiter is answered when *this* node applies the entry carrying that context, with this
+//! node's own state-machine response (every replica computes the same one). Once the leader
+//! reports the entry's (index, term), an entry applied at that index with another context means
+//! the proposal was overwritten (`Dropped`). Requests made while no leader is known wait,
+//! *parked*, for at most `leader_wait_ticks`; a sent request that is never applied is answered
+//! `Unknown` after `commit_wait_ticks`. Time is counted in ticks, so scripted tests drive it.
+//!
+//! Once anything non-deterministic fails (WAL write or fsync, state machine apply, checkpoint or
+//! snapshot) the node is poisoned for good: it fails every waiter and every later request with
+//! `Failed` and never acknowledges anything again, because after a failed fsync nobody knows
+//! what is on disk (fsyncgate).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::mem;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
+use prost::Message as _;
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
-use raft::{RawNode, StateRole};
+use raft::eraftpb::{
+    ConfChange, ConfChangeType, ConfChangeV2, Entry, EntryType, Message, MessageType, Snapshot,
+};
+use raft::{RawNode, SnapshotStatus, StateRole};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::MissedTickBehavior;
 
-use super::{NodeConfig, NodeStatus, ProposeError, StateMachine};
+use super::{NodeConfig, NodeStatus, PeerStatus, ProposeError, StateMachine};
 use crate::error::{Error, Result};
 use crate::log_store::LogStore;
 use crate::logging;
 use crate::metrics::Metrics;
+use crate::transport::{Body, Envelope, Forward, ForwardReply, Inbound, Transport};
 
 type Outcome<R> = std::result::Result<R, ProposeError>;
-type Reply<R> = oneshot::Sender<Outcome<R>>;
-/// An answer ready to send once the status is published.
-type Answer<R> = (Reply<R>, Outcome<R>);
 
-/// A command waiting in the proposal queue.
-pub(crate) struct Proposal<R> {
-    pub(crate) command: Vec<u8>,
-    pub(crate) reply: Reply<R>,
+/// What a request asks of the node.
+pub(crate) enum Request<R> {
+    /// Put a state-machine command in the log; answered with its response once applied here.
+    Propose {
+        command: Vec<u8>,
+        reply: oneshot::Sender<Outcome<R>>,
+    },
+    /// Change membership (a protobuf `ConfChangeV2`); answered once applied here.
+    ChangeMembership {
+        change: ConfChangeV2,
+        reply: oneshot::Sender<Outcome<()>>,
+    },
+    /// A linearizable read barrier: answered once this node has applied everything committed
+    /// when the leader confirmed the request.
+    ReadIndex { reply: oneshot::Sender<Outcome<()>> },
+    /// If this node leads, hand leadership to the most up-to-date other voter (before a
+    /// clean shutdown). Answered at once.
+    StepDown { reply: oneshot::Sender<Outcome<()>> },
 }
 
-/// A proposal in the log, waiting for its entry to be applied.
+/// The payload a waiter still has to place in the log (kept until a leader accepts it).
+enum Payload {
+    Command(Vec<u8>),
+    Conf(ConfChangeV2),
+    Read,
+}
+
+enum WaitReply<R> {
+    Command(oneshot::Sender<Outcome<R>>),
+    Unit(oneshot::Sender<Outcome<()>>),
+}
+
+impl<R> WaitReply<R> {
+    fn fail(self, err: ProposeError) {
+        // The requester may have given up waiting; nothing to do then.
+        match self {
+            WaitReply::Command(r) => drop(r.send(Err(err))),
+            WaitReply::Unit(r) => drop(r.send(Err(err))),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// No leader known (or the leader refused it): waiting to be sent.
+    Parked,
+    /// Sent to the leader, no answer yet (it may or may not be in the log).
+    Sent,
+    /// In the log at this (index, term).
+    Placed { index: u64, term: u64 },
+    /// A read barrier the leader confirmed at this commit index.
+    ReadAt(u64),
+}
+
 struct Waiter<R> {
-    term: u64,
-    reply: Reply<R>,
+    payload: Option<Payload>,
+    reply: WaitReply<R>,
+    state: State,
+    /// Tick after which the waiter is answered (`Dropped` if parked, `Unknown` otherwise).
+    deadline: u64,
+}
+
+/// An answer ready to send once the status is published.
+type Answer<R> = (WaitReply<R>, Option<R>);
+
+/// Encodes the entry context that identifies a request: `(node id, tag)`.
+fn context(node: u64, tag: u64) -> Vec<u8> {
+    let mut c = Vec::with_capacity(16);
+    c.extend(node.to_be_bytes());
+    c.extend(tag.to_be_bytes());
+    c
+}
+
+fn parse_context(c: &[u8]) -> Option<(u64, u64)> {
+    let node = u64::from_be_bytes(c.get(..8)?.try_into().ok()?);
+    let tag = u64::from_be_bytes(c.get(8..16)?.try_into().ok()?);
+    Some((node, tag))
+}
+
+/// What travels in a Raft snapshot: the address book and the state machine's snapshot.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SnapshotData {
+    #[prost(btree_map = "uint64, string", tag = "1")]
+    peers: BTreeMap<u64, String>,
+    #[prost(bytes = "vec", tag = "2")]
+    state: Vec<u8>,
 }
 
 pub(crate) struct Driver<SM: StateMachine> {
     raw: RawNode<LogStore>,
     sm: SM,
     config: NodeConfig,
+    transport: Box<dyn Transport>,
+    /// Raft address of every member (and of members being added).
+    peers: BTreeMap<u64, String>,
     waiters: BTreeMap<u64, Waiter<SM::Response>>,
+    /// Tags of placed proposals by log index, to detect overwritten entries.
+    by_index: BTreeMap<u64, u64>,
+    next_tag: u64,
+    ticks: u64,
+    /// Tick at which each peer was last heard from.
+    last_contact: HashMap<u64, u64>,
     metrics: Arc<Metrics>,
     status: Arc<RwLock<NodeStatus>>,
     applied: u64,
     since_checkpoint: u64,
     poisoned: Option<String>,
+    leader_seen: u64,
 }
 
 impl<SM: StateMachine> Driver<SM> {
@@ -62,6 +158,7 @@ impl<SM: StateMachine> Driver<SM> {
         config: NodeConfig,
         store: LogStore,
         sm: SM,
+        transport: Box<dyn Transport>,
         metrics: Arc<Metrics>,
         status: Arc<RwLock<NodeStatus>>,
     ) -> Result<Self> {
@@ -73,47 +170,75 @@ impl<SM: StateMachine> Driver<SM> {
         if conf.voters == [config.id] && conf.learners.is_empty() {
             raw.campaign()?;
         }
-        let driver = Driver {
+        let mut peers = super::load_peers(&config.dir)?;
+        peers.extend(config.peers.clone());
+        let mut driver = Driver {
             raw,
             sm,
+            transport,
+            peers,
             config,
             waiters: BTreeMap::new(),
+            by_index: BTreeMap::new(),
+            next_tag: 1,
+            ticks: 0,
+            last_contact: HashMap::new(),
             metrics,
             status,
             applied,
             since_checkpoint: 0,
             poisoned: None,
+            leader_seen: 0,
         };
+        driver.transport.set_peers(&driver.peers);
         driver.publish_status();
         Ok(driver)
+    }
+
+    /// The status as last published.
+    #[cfg(test)]
+    pub(crate) fn status_snapshot(&self) -> NodeStatus {
+        self.status.read().clone()
     }
 
     /// The node loop. Returns after a stop request, or when every handle is gone.
     pub(crate) async fn run(
         mut self,
-        mut queue: mpsc::Receiver<Proposal<SM::Response>>,
+        mut queue: mpsc::Receiver<Request<SM::Response>>,
+        mut inbound: mpsc::Receiver<Inbound>,
         mut stop: watch::Receiver<bool>,
     ) {
         let mut ticker = tokio::time::interval(self.config.tick_interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         self.step();
+        // A single node has no transport: its inbox closes at once and is not polled again.
+        let mut inbox_open = true;
         loop {
             // Biased: a stop request wins, and ticks (at most one per interval) cannot be
-            // starved by a constant stream of proposals.
+            // starved by a constant stream of proposals or messages.
             tokio::select! {
                 biased;
                 _ = stop.changed() => break,
-                _ = ticker.tick() => {
-                    if self.poisoned.is_none() {
-                        self.raw.tick();
+                _ = ticker.tick() => self.tick(),
+                msg = inbound.recv(), if inbox_open => {
+                    let Some(msg) = msg else {
+                        inbox_open = false;
+                        continue;
+                    };
+                    self.receive(msg);
+                    for _ in 1..self.config.max_batch {
+                        match inbound.try_recv() {
+                            Ok(next) => self.receive(next),
+                            Err(_) => break,
+                        }
                     }
                 }
                 first = queue.recv() => {
                     let Some(first) = first else { break };
-                    self.propose(first);
+                    self.request(first);
                     for _ in 1..self.config.max_batch {
                         match queue.try_recv() {
-                            Ok(next) => self.propose(next),
+                            Ok(next) => self.request(next),
                             Err(_) => break,
                         }
                     }
@@ -129,52 +254,390 @@ impl<SM: StateMachine> Driver<SM> {
         self.poison(Error::Config(reason));
     }
 
-    fn propose(&mut self, p: Proposal<SM::Response>) {
-        Metrics::add(&self.metrics.proposals, 1);
-        let outcome = if let Some(reason) = &self.poisoned {
-            Err(ProposeError::Failed(reason.clone()))
-        } else if p.command.is_empty() {
-            Err(ProposeError::Dropped(
-                "empty commands are not allowed".into(),
-            ))
-        } else if self.raw.raft.state != StateRole::Leader {
-            Err(ProposeError::Dropped(format!(
-                "node {} is not the leader (leader: {})",
-                self.config.id, self.raw.raft.leader_id
-            )))
-        } else {
-            let before = self.raw.raft.raft_log.last_index();
-            match self.raw.propose(vec![], p.command) {
-                Err(e) => Err(ProposeError::Dropped(e.to_string())),
-                Ok(()) if self.raw.raft.raft_log.last_index() == before => Err(
-                    ProposeError::Dropped("raft did not append the proposal".into()),
-                ),
-                Ok(()) => {
-                    let index = self.raw.raft.raft_log.last_index();
-                    let waiter = Waiter {
-                        term: self.raw.raft.term,
-                        reply: p.reply,
-                    };
-                    if let Some(old) = self.waiters.insert(index, waiter) {
-                        let _ = old.reply.send(Err(ProposeError::Dropped(
-                            "log index reused by a newer proposal".into(),
-                        )));
+    /// One tick of logical time: Raft's clock, request deadlines, retries of parked requests.
+    pub(crate) fn tick(&mut self) {
+        if self.poisoned.is_some() {
+            return;
+        }
+        self.raw.tick();
+        self.ticks += 1;
+        let now = self.ticks;
+        let expired: Vec<u64> = self
+            .waiters
+            .iter()
+            .filter(|(_, w)| w.deadline <= now)
+            .map(|(t, _)| *t)
+            .collect();
+        for tag in expired {
+            if let Some(w) = self.waiters.remove(&tag) {
+                let err = match w.state {
+                    State::Parked => ProposeError::Dropped(format!(
+                        "no leader accepted the request within {} ticks (node {}, leader {})",
+                        self.config.leader_wait_ticks, self.config.id, self.raw.raft.leader_id
+                    )),
+                    State::Sent | State::Placed { .. } | State::ReadAt(_) => {
+                        ProposeError::Unknown(format!(
+                            "not applied within {} ticks of reaching the leader",
+                            self.config.commit_wait_ticks
+                        ))
                     }
-                    return;
+                };
+                if let State::Placed { index, .. } = w.state {
+                    self.by_index.remove(&index);
                 }
+                w.reply.fail(err);
+            }
+        }
+        self.dispatch_parked();
+    }
+
+    /// Takes one request from a local client.
+    pub(crate) fn request(&mut self, req: Request<SM::Response>) {
+        Metrics::add(&self.metrics.proposals, 1);
+        let (payload, reply) = match req {
+            Request::Propose { command, reply } => {
+                (Payload::Command(command), WaitReply::Command(reply))
+            }
+            Request::ChangeMembership { change, reply } => {
+                (Payload::Conf(change), WaitReply::Unit(reply))
+            }
+            Request::ReadIndex { reply } => (Payload::Read, WaitReply::Unit(reply)),
+            Request::StepDown { reply } => {
+                if self.raw.raft.state == StateRole::Leader {
+                    if let Some(to) = self.best_transferee(self.config.id) {
+                        tracing::info!(id = self.config.id, to, "handing leadership over");
+                        self.raw.transfer_leader(to);
+                    }
+                }
+                let _ = reply.send(Ok(()));
+                return;
             }
         };
-        // The proposer may have given up waiting; nothing to do then.
-        let _ = p.reply.send(outcome);
+        if let Some(reason) = &self.poisoned {
+            return reply.fail(ProposeError::Failed(reason.clone()));
+        }
+        if matches!(&payload, Payload::Command(c) if c.is_empty()) {
+            return reply.fail(ProposeError::Dropped(
+                "empty commands are not allowed".into(),
+            ));
+        }
+        if self.waiters.len() >= self.config.max_pending {
+            return reply.fail(ProposeError::Dropped(format!(
+                "{} requests are already waiting on node {}",
+                self.waiters.len(),
+                self.config.id
+            )));
+        }
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        self.waiters.insert(
+            tag,
+            Waiter {
+                payload: Some(payload),
+                reply,
+                state: State::Parked,
+                deadline: self.ticks + self.config.leader_wait_ticks,
+            },
+        );
+        self.dispatch(tag);
+    }
+
+    /// Sends a parked request to the leader (or places it, if this node leads).
+    fn dispatch(&mut self, tag: u64) {
+        let leader = self.raw.raft.leader_id;
+        if leader == 0 {
+            return;
+        }
+        let Some(w) = self.waiters.get_mut(&tag) else {
+            return;
+        };
+        if w.state != State::Parked {
+            return;
+        }
+        if leader == self.config.id {
+            let Some(payload) = w.payload.take() else {
+                return;
+            };
+            match self.place(self.config.id, tag, payload) {
+                Ok(Some((index, term))) => self.placed(tag, index, term),
+                Ok(None) => {} // a read: placed when raft reports its read state
+                Err((payload, why)) => {
+                    tracing::debug!(tag, "request not placed, will retry: {why}");
+                    if let Some(w) = self.waiters.get_mut(&tag) {
+                        w.payload = Some(payload);
+                    }
+                }
+            }
+            return;
+        }
+        match w.payload.as_ref() {
+            Some(Payload::Read) => {
+                // raft-rs forwards the read to the leader itself.
+                w.payload = None;
+                w.state = State::Sent;
+                w.deadline = self.ticks + self.config.commit_wait_ticks;
+                self.raw.read_index(tag.to_be_bytes().to_vec());
+            }
+            Some(Payload::Command(c)) => {
+                let fwd = Forward {
+                    tag,
+                    command: c.clone(),
+                    conf_change: false,
+                };
+                w.state = State::Sent;
+                w.deadline = self.ticks + self.config.commit_wait_ticks;
+                self.send_envelope(leader, Body::Forward(fwd), false);
+            }
+            Some(Payload::Conf(cc)) => {
+                let command = match cc.write_to_bytes() {
+                    Ok(b) => b,
+                    Err(e) => {
+                        if let Some(w) = self.waiters.remove(&tag) {
+                            w.reply.fail(ProposeError::Dropped(e.to_string()));
+                        }
+                        return;
+                    }
+                };
+                w.state = State::Sent;
+                w.deadline = self.ticks + self.config.commit_wait_ticks;
+                let fwd = Forward {
+                    tag,
+                    command,
+                    conf_change: true,
+                };
+                self.send_envelope(leader, Body::Forward(fwd), false);
+            }
+            None => {}
+        }
+    }
+
+    fn dispatch_parked(&mut self) {
+        if self.raw.raft.leader_id == 0 {
+            return;
+        }
+        let parked: Vec<u64> = self
+            .waiters
+            .iter()
+            .filter(|(_, w)| w.state == State::Parked)
+            .map(|(t, _)| *t)
+            .collect();
+        for tag in parked {
+            self.dispatch(tag);
+        }
+    }
+
+    /// Puts a request in the log on the leader. `Ok(Some((index, term)))` for an entry,
+    /// `Ok(None)` for a read (answered through raft's read states); on refusal the payload
+    /// comes back with the reason.
+    #[allow(clippy::type_complexity)]
+    fn place(
+        &mut self,
+        origin: u64,
+        tag: u64,
+        payload: Payload,
+    ) -> std::result::Result<Option<(u64, u64)>, (Payload, String)> {
+        if self.raw.raft.state != StateRole::Leader {
+            return Err((
+                payload,
+                format!(
+                    "node {} is not the leader (leader: {})",
+                    self.config.id, self.raw.raft.leader_id
+                ),
+            ));
+        }
+        let before = self.raw.raft.raft_log.last_index();
+        let ctx = context(origin, tag);
+        let result = match &payload {
+            Payload::Read => {
+                self.raw.read_index(tag.to_be_bytes().to_vec());
+                if let Some(w) = self.waiters.get_mut(&tag) {
+                    w.state = State::Sent;
+                    w.deadline = self.ticks + self.config.commit_wait_ticks;
+                }
+                return Ok(None);
+            }
+            Payload::Command(c) => self.raw.propose(ctx, c.clone()),
+            Payload::Conf(cc) => {
+                if let Some(target) = self.removes_self(cc) {
+                    // A leader does not remove itself: hand leadership to the most
+                    // up-to-date other voter first; the request is retried at the new leader.
+                    if let Some(to) = self.best_transferee(target) {
+                        self.raw.transfer_leader(to);
+                    }
+                    return Err((payload, "transferring leadership before removal".into()));
+                }
+                self.raw.propose_conf_change(ctx, cc.clone())
+            }
+        };
+        match result {
+            Err(e) => Err((payload, e.to_string())),
+            Ok(()) if self.raw.raft.raft_log.last_index() == before => {
+                Err((payload, "raft did not append the proposal".into()))
+            }
+            Ok(()) => Ok(Some((
+                self.raw.raft.raft_log.last_index(),
+                self.raw.raft.term,
+            ))),
+        }
+    }
+
+    fn removes_self(&self, cc: &ConfChangeV2) -> Option<u64> {
+        cc.get_changes()
+            .iter()
+            .find(|c| {
+                c.get_change_type() == ConfChangeType::RemoveNode && c.node_id == self.config.id
+            })
+            .map(|c| c.node_id)
+    }
+
+    fn best_transferee(&self, not: u64) -> Option<u64> {
+        let prs = self.raw.raft.prs();
+        prs.conf()
+            .voters()
+            .ids()
+            .iter()
+            .filter(|id| *id != not)
+            .max_by_key(|id| prs.get(*id).map_or(0, |p| p.matched))
+    }
+
+    fn placed(&mut self, tag: u64, index: u64, term: u64) {
+        if let Some(w) = self.waiters.get_mut(&tag) {
+            w.payload = None;
+            w.state = State::Placed { index, term };
+            w.deadline = self.ticks + self.config.commit_wait_ticks;
+            if let Some(old) = self.by_index.insert(index, tag) {
+                if old != tag {
+                    if let Some(w) = self.waiters.remove(&old) {
+                        w.reply.fail(ProposeError::Dropped(
+                            "log index reused by a newer proposal".into(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes one frame or report from the network.
+    pub(crate) fn receive(&mut self, msg: Inbound) {
+        if self.poisoned.is_some() {
+            return;
+        }
+        match msg {
+            Inbound::Unreachable(id) => self.raw.report_unreachable(id),
+            Inbound::SnapshotSent(id, ok) => {
+                let status = if ok {
+                    SnapshotStatus::Finish
+                } else {
+                    SnapshotStatus::Failure
+                };
+                self.raw.report_snapshot(id, status);
+            }
+            Inbound::Envelope(env) => {
+                self.last_contact.insert(env.from, self.ticks);
+                match env.body {
+                    Some(Body::Raft(bytes)) => match Message::parse_from_bytes(&bytes) {
+                        Ok(m) => {
+                            if let Err(e) = self.raw.step(m) {
+                                tracing::debug!(from = env.from, "raft refused a message: {e}");
+                            }
+                        }
+                        Err(e) => tracing::warn!(from = env.from, "undecodable raft message: {e}"),
+                    },
+                    Some(Body::Forward(f)) => self.forwarded(env.from, f),
+                    Some(Body::ForwardReply(r)) => self.forward_answered(r),
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// The leader side of forwarding: place the request, answer where it went.
+    fn forwarded(&mut self, from: u64, f: Forward) {
+        let payload = if f.conf_change {
+            match ConfChangeV2::parse_from_bytes(&f.command) {
+                Ok(cc) => Payload::Conf(cc),
+                Err(e) => {
+                    let reply = ForwardReply {
+                        tag: f.tag,
+                        error: format!("undecodable membership change: {e}"),
+                        ..Default::default()
+                    };
+                    return self.send_envelope(from, Body::ForwardReply(reply), false);
+                }
+            }
+        } else {
+            Payload::Command(f.command)
+        };
+        let reply = match self.place(from, f.tag, payload) {
+            Ok(Some((index, term))) => ForwardReply {
+                tag: f.tag,
+                error: String::new(),
+                index,
+                term,
+            },
+            Ok(None) => return,
+            Err((_, why)) => ForwardReply {
+                tag: f.tag,
+                error: why,
+                ..Default::default()
+            },
+        };
+        self.send_envelope(from, Body::ForwardReply(reply), false);
+    }
+
+    /// The follower side: the leader placed our request, or refused it (then it is parked
+    /// again — nothing was placed — and retried on the next tick).
+    fn forward_answered(&mut self, r: ForwardReply) {
+        let Some(w) = self.waiters.get_mut(&r.tag) else {
+            return;
+        };
+        if w.state != State::Sent {
+            return;
+        }
+        if r.error.is_empty() {
+            if self.applied >= r.index {
+                // Already applied here without our context being seen: overwritten.
+                if let Some(w) = self.waiters.remove(&r.tag) {
+                    w.reply.fail(ProposeError::Unknown(
+                        "the entry was applied before the leader's answer arrived".into(),
+                    ));
+                }
+                return;
+            }
+            self.placed(r.tag, r.index, r.term);
+        } else {
+            tracing::debug!(
+                tag = r.tag,
+                "leader refused a forwarded request: {}",
+                r.error
+            );
+            w.state = State::Parked;
+        }
+    }
+
+    fn send_envelope(&mut self, to: u64, body: Body, is_snapshot: bool) {
+        let env = Envelope {
+            from: self.config.id,
+            body: Some(body),
+        };
+        self.transport.send(to, env, is_snapshot);
     }
 
     /// Processes all pending Readies; poisons the node on failure.
-    fn step(&mut self) {
+    pub(crate) fn step(&mut self) {
         if self.poisoned.is_some() {
             return;
         }
         if let Err(e) = self.process_ready() {
             self.poison(e);
+        }
+        let leader = self.raw.raft.leader_id;
+        if leader != self.leader_seen {
+            self.leader_seen = leader;
+            self.dispatch_parked();
+            if let Err(e) = self.process_ready() {
+                self.poison(e);
+            }
         }
         self.publish_status();
     }
@@ -184,11 +647,12 @@ impl<SM: StateMachine> Driver<SM> {
             let mut ready = self.raw.ready();
             self.send_messages(ready.take_messages());
             if !ready.snapshot().is_empty() {
-                return Err(Error::Unsupported(
-                    "installing a Raft snapshot (the state machine cannot restore one yet)".into(),
-                ));
+                self.install_snapshot(ready.snapshot().clone())?;
             }
             self.apply(ready.take_committed_entries())?;
+            for rs in ready.take_read_states() {
+                self.read_confirmed(&rs.request_ctx, rs.index);
+            }
 
             let store = self.raw.mut_store();
             let written = store.append(ready.entries(), ready.hs())?;
@@ -215,25 +679,56 @@ impl<SM: StateMachine> Driver<SM> {
             self.send_messages(light.take_messages());
             self.apply(light.take_committed_entries())?;
             self.raw.advance_apply();
+            self.finish_reads();
 
-            if self.raw.raft.state != StateRole::Leader && !self.waiters.is_empty() {
-                self.fail_waiters(|| {
-                    ProposeError::Unknown("leadership lost before the entry was applied".into())
-                });
-            }
             if self.since_checkpoint >= self.config.checkpoint_entries {
                 self.checkpoint()?;
             }
         }
+        if self.raw.store().take_snapshot_wanted() {
+            self.build_snapshot()?;
+        }
         Ok(())
     }
 
-    /// Hands outgoing Raft messages to the peer transport. There is none yet (single node), so
-    /// they are only traced; a transport plugs in here, and reports failures back through
-    /// `report_unreachable` / `report_snapshot`.
+    /// Hands outgoing Raft messages to the transport.
     fn send_messages(&mut self, msgs: Vec<Message>) {
         for msg in msgs {
-            tracing::trace!(to = msg.to, kind = ?msg.get_msg_type(), "raft message (no transport)");
+            let is_snapshot = msg.get_msg_type() == MessageType::MsgSnapshot;
+            match msg.write_to_bytes() {
+                Ok(bytes) => self.send_envelope(msg.to, Body::Raft(bytes), is_snapshot),
+                Err(e) => tracing::error!("cannot encode a raft message: {e}"),
+            }
+        }
+    }
+
+    fn read_confirmed(&mut self, ctx: &[u8], index: u64) {
+        let Ok(tag) = <[u8; 8]>::try_from(ctx).map(u64::from_be_bytes) else {
+            return;
+        };
+        if let Some(w) = self.waiters.get_mut(&tag) {
+            w.state = State::ReadAt(index);
+        }
+        self.finish_reads();
+    }
+
+    /// Answers read barriers whose confirmed index is applied.
+    fn finish_reads(&mut self) {
+        let applied = self.applied;
+        let done: Vec<u64> = self
+            .waiters
+            .iter()
+            .filter(|(_, w)| matches!(w.state, State::ReadAt(index) if index <= applied))
+            .map(|(t, _)| *t)
+            .collect();
+        for tag in done {
+            if let Some(Waiter {
+                reply: WaitReply::Unit(r),
+                ..
+            }) = self.waiters.remove(&tag)
+            {
+                let _ = r.send(Ok(()));
+            }
         }
     }
 
@@ -245,8 +740,14 @@ impl<SM: StateMachine> Driver<SM> {
         if !replies.is_empty() {
             self.publish_status();
         }
-        for (reply, outcome) in replies {
-            let _ = reply.send(outcome);
+        for (reply, response) in replies {
+            match (reply, response) {
+                (WaitReply::Command(r), Some(resp)) => drop(r.send(Ok(resp))),
+                (WaitReply::Unit(r), None) => drop(r.send(Ok(()))),
+                (reply, _) => reply.fail(ProposeError::Dropped(
+                    "the entry applied was not the kind proposed".into(),
+                )),
+            }
         }
         result
     }
@@ -257,8 +758,11 @@ impl<SM: StateMachine> Driver<SM> {
         replies: &mut Vec<Answer<SM::Response>>,
     ) -> Result<()> {
         for entry in entries {
-            let (index, term) = (entry.index, entry.term);
+            let index = entry.index;
             Metrics::add(&self.metrics.committed_entries, 1);
+            if index <= self.applied {
+                continue; // covered by an installed snapshot
+            }
             let response = match entry.get_entry_type() {
                 EntryType::EntryNormal if entry.data.is_empty() => None,
                 EntryType::EntryNormal => Some(
@@ -267,32 +771,145 @@ impl<SM: StateMachine> Driver<SM> {
                         .map_err(Error::StateMachine)?,
                 ),
                 EntryType::EntryConfChange => {
-                    let cc = ConfChange::parse_from_bytes(&entry.data)?;
-                    let cs = self.raw.apply_conf_change(&cc)?;
-                    self.raw.mut_store().set_conf_state(cs)?;
+                    let v1 = ConfChange::parse_from_bytes(&entry.data)?;
+                    let mut cc = ConfChangeV2::default();
+                    let mut single = raft::eraftpb::ConfChangeSingle::default();
+                    single.set_change_type(v1.get_change_type());
+                    single.node_id = v1.node_id;
+                    cc.mut_changes().push(single);
+                    cc.set_context(v1.context);
+                    self.apply_conf_change(cc)?;
                     None
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc = ConfChangeV2::parse_from_bytes(&entry.data)?;
-                    let cs = self.raw.apply_conf_change(&cc)?;
-                    self.raw.mut_store().set_conf_state(cs)?;
+                    self.apply_conf_change(cc)?;
                     None
                 }
             };
             self.applied = index;
             self.since_checkpoint += 1;
-            if let Some(waiter) = self.waiters.remove(&index) {
-                let outcome = match response {
-                    Some(r) if waiter.term == term => Ok(r),
-                    _ => Err(ProposeError::Dropped(format!(
-                        "log index {index} was taken by another entry (term {term}, proposed in \
-                         term {})",
-                        waiter.term
-                    ))),
-                };
-                replies.push((waiter.reply, outcome));
+            let mine = parse_context(&entry.context)
+                .filter(|(node, _)| *node == self.config.id)
+                .map(|(_, tag)| tag);
+            let placed_here = self.by_index.remove(&index);
+            if let Some(tag) = mine {
+                if let Some(w) = self.waiters.remove(&tag) {
+                    replies.push((w.reply, response));
+                    continue;
+                }
+            }
+            if let Some(tag) = placed_here {
+                if let Some(w) = self.waiters.remove(&tag) {
+                    w.reply.fail(ProposeError::Dropped(format!(
+                        "log index {index} was taken by another entry (term {})",
+                        entry.term
+                    )));
+                }
             }
         }
+        Ok(())
+    }
+
+    fn apply_conf_change(&mut self, cc: ConfChangeV2) -> Result<()> {
+        let cs = self.raw.apply_conf_change(&cc)?;
+        self.raw.mut_store().set_conf_state(cs)?;
+        let mut changed = false;
+        for c in cc.get_changes() {
+            match c.get_change_type() {
+                ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
+                    if let Ok(addr) = std::str::from_utf8(cc.get_context()) {
+                        if !addr.is_empty() {
+                            self.peers.insert(c.node_id, addr.to_string());
+                            changed = true;
+                        }
+                    }
+                }
+                ConfChangeType::RemoveNode => {
+                    changed |= self.peers.remove(&c.node_id).is_some();
+                }
+            }
+        }
+        if changed {
+            super::save_peers(&self.config.dir, &self.peers)?;
+            self.transport.set_peers(&self.peers);
+        }
+        tracing::info!(id = self.config.id, conf = ?self.raw.raft.prs().conf().to_conf_state(), "membership changed");
+        Ok(())
+    }
+
+    /// Replaces the state machine with a leader's snapshot, then the log with its point.
+    fn install_snapshot(&mut self, snap: Snapshot) -> Result<()> {
+        let meta = snap.get_metadata().clone();
+        let data = SnapshotData::decode(snap.get_data())
+            .map_err(|e| Error::Config(format!("undecodable snapshot: {e}")))?;
+        tracing::info!(
+            id = self.config.id,
+            index = meta.index,
+            term = meta.term,
+            bytes = data.state.len(),
+            "installing a snapshot"
+        );
+        self.sm
+            .restore(meta.index, meta.term, &data.state)
+            .map_err(Error::StateMachine)?;
+        self.raw.mut_store().install_snapshot(&meta)?;
+        self.applied = meta.index;
+        self.since_checkpoint = 0;
+        // Proposals of ours inside the snapshot were applied without us seeing them.
+        let covered: Vec<u64> = self
+            .by_index
+            .range(..=meta.index)
+            .map(|(_, t)| *t)
+            .collect();
+        for tag in covered {
+            if let Some(w) = self.waiters.remove(&tag) {
+                w.reply.fail(ProposeError::Unknown(
+                    "applied through a snapshot; its response is not known here".into(),
+                ));
+            }
+        }
+        self.by_index = self.by_index.split_off(&(meta.index + 1));
+        if !data.peers.is_empty() {
+            // Addresses this node was configured with win: they are how *it* reaches them.
+            self.peers = data.peers;
+            self.peers.extend(self.config.peers.clone());
+            super::save_peers(&self.config.dir, &self.peers)?;
+            self.transport.set_peers(&self.peers);
+        }
+        Metrics::add(&self.metrics.snapshots_installed, 1);
+        Ok(())
+    }
+
+    /// A follower needs entries the log no longer has: checkpoint, compact, and keep a
+    /// snapshot of the state for raft to send.
+    fn build_snapshot(&mut self) -> Result<()> {
+        let (index, state) = self.sm.snapshot().map_err(Error::StateMachine)?;
+        Metrics::add(&self.metrics.checkpoints, 1);
+        self.since_checkpoint = 0;
+        let index = index.min(self.applied);
+        let term = raft::Storage::term(self.raw.store(), index)?;
+        let data = SnapshotData {
+            peers: self.peers.clone(),
+            state,
+        }
+        .encode_to_vec();
+        let mut snap = Snapshot::default();
+        snap.set_data(data.into());
+        let meta = snap.mut_metadata();
+        meta.index = index;
+        meta.term = term;
+        meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
+        tracing::info!(
+            id = self.config.id,
+            index,
+            term,
+            "built a snapshot for a lagging follower"
+        );
+        let store = self.raw.mut_store();
+        store.set_snapshot(snap);
+        store.compact(index)?;
+        Metrics::add(&self.metrics.snapshots_built, 1);
         Ok(())
     }
 
@@ -307,12 +924,16 @@ impl<SM: StateMachine> Driver<SM> {
     }
 
     /// Clean shutdown: refuse what is still queued, checkpoint, answer every waiter.
-    fn finish(mut self, mut queue: mpsc::Receiver<Proposal<SM::Response>>) {
+    fn finish(mut self, mut queue: mpsc::Receiver<Request<SM::Response>>) {
         queue.close();
-        while let Ok(p) = queue.try_recv() {
-            let _ = p
-                .reply
-                .send(Err(ProposeError::Failed("node shut down".into())));
+        while let Ok(req) = queue.try_recv() {
+            let err = ProposeError::Failed("node shut down".into());
+            match req {
+                Request::Propose { reply, .. } => drop(reply.send(Err(err))),
+                Request::ChangeMembership { reply, .. }
+                | Request::ReadIndex { reply }
+                | Request::StepDown { reply } => drop(reply.send(Err(err))),
+            }
         }
         if self.poisoned.is_none() {
             let result = self.raw.mut_store().sync().and_then(|()| {
@@ -326,7 +947,10 @@ impl<SM: StateMachine> Driver<SM> {
                 self.poison(e);
             }
         }
-        self.fail_waiters(|| ProposeError::Unknown("node shut down".into()));
+        self.fail_waiters(|state| match state {
+            State::Parked => ProposeError::Failed("node shut down".into()),
+            _ => ProposeError::Unknown("node shut down".into()),
+        });
         self.publish_status();
         tracing::info!(
             id = self.config.id,
@@ -340,31 +964,73 @@ impl<SM: StateMachine> Driver<SM> {
         tracing::error!(id = self.config.id, error = %reason, "raft node poisoned; refusing writes");
         self.poisoned = Some(reason.clone());
         self.publish_status();
-        self.fail_waiters(|| ProposeError::Failed(reason.clone()));
+        self.fail_waiters(|_| ProposeError::Failed(reason.clone()));
     }
 
-    fn fail_waiters(&mut self, err: impl Fn() -> ProposeError) {
-        for (_, waiter) in mem::take(&mut self.waiters) {
-            let _ = waiter.reply.send(Err(err()));
+    fn fail_waiters(&mut self, err: impl Fn(State) -> ProposeError) {
+        self.by_index.clear();
+        for (_, w) in mem::take(&mut self.waiters) {
+            w.reply.fail(err(w.state));
         }
     }
 
     fn publish_status(&self) {
         let raft = &self.raw.raft;
-        let role = match raft.state {
+        let role = |state: StateRole| match state {
             StateRole::Leader => "leader",
             StateRole::Follower => "follower",
             StateRole::Candidate => "candidate",
             StateRole::PreCandidate => "pre-candidate",
         };
+        let conf = raft.prs().conf().to_conf_state();
+        let leader = raft.state == StateRole::Leader;
+        let last = raft.raft_log.last_index();
+        let mut members: Vec<(u64, bool)> = conf.voters.iter().map(|v| (*v, true)).collect();
+        members.extend(conf.learners.iter().map(|l| (*l, false)));
+        let peers = members
+            .into_iter()
+            .map(|(id, voter)| {
+                let matched = if id == self.config.id {
+                    Some(last)
+                } else if leader {
+                    raft.prs().get(id).map(|p| p.matched)
+                } else {
+                    None
+                };
+                PeerStatus {
+                    id,
+                    address: self.peers.get(&id).cloned().unwrap_or_default(),
+                    voter,
+                    role: if id == raft.leader_id {
+                        "leader".into()
+                    } else if id == self.config.id {
+                        role(raft.state).into()
+                    } else if voter {
+                        "follower".into()
+                    } else {
+                        "learner".into()
+                    },
+                    match_index: matched,
+                    lag: matched.map(|m| last.saturating_sub(m)),
+                    last_contact_ms: if id == self.config.id {
+                        Some(0)
+                    } else {
+                        self.last_contact.get(&id).map(|t| {
+                            (self.ticks - t) * self.config.tick_interval.as_millis() as u64
+                        })
+                    },
+                }
+            })
+            .collect();
         *self.status.write() = NodeStatus {
             id: self.config.id,
             leader_id: raft.leader_id,
             term: raft.term,
             commit_index: raft.raft_log.committed,
             applied_index: self.applied,
-            role: role.to_string(),
+            role: role(raft.state).to_string(),
             poisoned: self.poisoned.clone(),
+            peers,
         };
     }
 }

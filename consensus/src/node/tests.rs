@@ -10,16 +10,17 @@ type Applied = Vec<(u64, Vec<u8>)>;
 
 /// What survives a restart: the last checkpoint.
 #[derive(Default)]
-struct Disk {
+pub(super) struct Disk {
     applied: Applied,
     index: u64,
+    snapshot_point: Option<(u64, u64)>,
 }
 
 /// A state machine that records every command it applies and echoes `(index, command)`.
 /// `checkpoint` persists the applied list to the shared `Disk` only while `allow_checkpoint`
 /// is set (otherwise it reports the old, still-durable index, as a lazy state machine may).
 #[derive(Clone)]
-struct Recorder {
+pub(super) struct Recorder {
     disk: Arc<Mutex<Disk>>,
     memory: Arc<Mutex<Applied>>,
     apply_calls: Arc<AtomicU64>,
@@ -27,7 +28,7 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Recorder {
             disk: Arc::default(),
             memory: Arc::default(),
@@ -37,7 +38,7 @@ impl Recorder {
     }
 
     /// The state machine after a restart: memory is reloaded from the last checkpoint.
-    fn recover(&self) -> Self {
+    pub(super) fn recover(&self) -> Self {
         let memory = self.disk.lock().unwrap().applied.clone();
         Recorder {
             disk: self.disk.clone(),
@@ -47,7 +48,7 @@ impl Recorder {
         }
     }
 
-    fn memory(&self) -> Applied {
+    pub(super) fn memory(&self) -> Applied {
         self.memory.lock().unwrap().clone()
     }
 }
@@ -76,9 +77,46 @@ impl StateMachine for Recorder {
         let mut disk = self.disk.lock().unwrap();
         if self.allow_checkpoint.load(Ordering::SeqCst) {
             disk.applied = self.memory.lock().unwrap().clone();
-            disk.index = disk.applied.last().map_or(0, |(i, _)| *i);
+            let last = disk.applied.last().map_or(0, |(i, _)| *i);
+            if last > disk.index {
+                disk.index = last;
+                disk.snapshot_point = None;
+            }
         }
         Ok(disk.index)
+    }
+
+    fn snapshot(&mut self) -> std::result::Result<(u64, Vec<u8>), String> {
+        let index = self.checkpoint()?;
+        let disk = self.disk.lock().unwrap();
+        let mut data = Vec::new();
+        for (i, c) in &disk.applied {
+            data.extend(i.to_be_bytes());
+            data.extend((c.len() as u32).to_be_bytes());
+            data.extend(c);
+        }
+        Ok((index, data))
+    }
+
+    fn restore(&mut self, index: u64, term: u64, data: &[u8]) -> std::result::Result<(), String> {
+        let mut applied = Vec::new();
+        let mut rest = data;
+        while !rest.is_empty() {
+            let i = u64::from_be_bytes(rest[..8].try_into().unwrap());
+            let n = u32::from_be_bytes(rest[8..12].try_into().unwrap()) as usize;
+            applied.push((i, rest[12..12 + n].to_vec()));
+            rest = &rest[12 + n..];
+        }
+        *self.memory.lock().unwrap() = applied.clone();
+        let mut disk = self.disk.lock().unwrap();
+        disk.applied = applied;
+        disk.index = index;
+        disk.snapshot_point = Some((index, term));
+        Ok(())
+    }
+
+    fn snapshot_point(&self) -> Option<(u64, u64)> {
+        self.disk.lock().unwrap().snapshot_point
     }
 }
 
@@ -300,10 +338,11 @@ async fn corrupt_log_refuses_to_start() {
 }
 
 #[tokio::test]
-async fn a_node_that_is_not_leader_drops_proposals_at_once() {
+async fn a_node_without_a_leader_drops_proposals_after_the_leader_wait() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    config.voters = vec![1, 2, 3]; // no transport yet: it can never win an election
+    config.voters = vec![1, 2, 3]; // no transport: it can never win an election
+    config.leader_wait_ticks = 5;
     let node = start(config, Recorder::new()).unwrap();
     // Let it tick through a few election timeouts, sending (untransported) vote requests.
     tokio::time::sleep(Duration::from_millis(300)).await;

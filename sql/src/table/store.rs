@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use imbl::OrdMap;
 use parking_lot::RwLock;
-use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableError, TableHandle};
 use serde::{Deserialize, Serialize};
 
 use super::codec::RowBytes;
@@ -313,6 +313,89 @@ impl TableStore {
         live.delta = OrdMap::new();
         live.base = Arc::new(base);
         live.index = live.index.max(index);
+        self.delta_bytes
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Every row of one redb table, raw (key, versioned value), for a snapshot.
+pub type RawTable = (String, Vec<(Vec<u8>, Vec<u8>)>);
+
+impl TableStore {
+    /// The checkpoint record stored by the last checkpoint.
+    pub fn record(&self) -> Result<Vec<u8>> {
+        let txn = self.db.begin_read().map_err(storage_err)?;
+        let t = txn.open_table(META).map_err(storage_err)?;
+        let record = t
+            .get(CHECKPOINT_KEY)
+            .map_err(storage_err)?
+            .map(|g| g.value().to_vec())
+            .ok_or_else(|| Error::internal("no checkpoint record"))?;
+        Ok(record)
+    }
+
+    /// Every table as of the last checkpoint, raw. Call right after a checkpoint (the delta is
+    /// then empty) to get the whole state.
+    pub fn dump(&self) -> Result<Vec<RawTable>> {
+        let txn = self.db.begin_read().map_err(storage_err)?;
+        let mut out = Vec::new();
+        for handle in txn.list_tables().map_err(storage_err)? {
+            let name = handle.name().to_string();
+            if name == "meta" {
+                continue;
+            }
+            let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&name);
+            let table = txn.open_table(def).map_err(storage_err)?;
+            let mut rows = Vec::new();
+            for item in table.iter().map_err(storage_err)? {
+                let (k, v) = item.map_err(storage_err)?;
+                rows.push((k.value().to_vec(), v.value().to_vec()));
+            }
+            out.push((name, rows));
+        }
+        Ok(out)
+    }
+
+    /// Replaces every table with `tables` (from [`TableStore::dump`] on another replica) and
+    /// the checkpoint record with `record`, in one durable transaction; the in-memory delta
+    /// is dropped and the live view starts at `index` with `versions`.
+    pub fn replace_all(
+        &self,
+        tables: Vec<RawTable>,
+        record: &[u8],
+        index: u64,
+        versions: impl IntoIterator<Item = (u64, TableVersions)>,
+    ) -> Result<()> {
+        let txn = self.db.begin_write().map_err(storage_err)?;
+        {
+            let existing: Vec<String> = txn
+                .list_tables()
+                .map_err(storage_err)?
+                .map(|h| h.name().to_string())
+                .filter(|n| n != "meta")
+                .collect();
+            for name in existing {
+                let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&name);
+                txn.delete_table(def).map_err(storage_err)?;
+            }
+            for (name, rows) in &tables {
+                let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(name);
+                let mut t = txn.open_table(def).map_err(storage_err)?;
+                for (k, v) in rows {
+                    t.insert(k.as_slice(), v.as_slice()).map_err(storage_err)?;
+                }
+            }
+            let mut meta = txn.open_table(META).map_err(storage_err)?;
+            meta.insert(CHECKPOINT_KEY, record).map_err(storage_err)?;
+        }
+        txn.commit().map_err(storage_err)?;
+        let base = self.db.begin_read().map_err(storage_err)?;
+        let mut live = self.live.write();
+        live.delta = OrdMap::new();
+        live.base = Arc::new(base);
+        live.index = index;
+        live.versions = versions.into_iter().collect();
         self.delta_bytes
             .store(0, std::sync::atomic::Ordering::Relaxed);
         Ok(())

@@ -1,0 +1,490 @@
+//! Scripted cluster tests: several node drivers in one thread, a simulated network that the
+//! script delivers, drops and partitions, and logical time (ticks). Each scenario checks the
+//! safety properties every outcome must keep: a proposer hears `Ok` only for a command that is
+//! in every node's applied history, each command is applied at most once, and all nodes apply
+//! the same commands at the same indexes.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+use super::driver::{Driver, Request};
+use super::tests::Recorder;
+use super::*;
+use crate::transport::{Envelope, Inbound, Transport};
+
+type Wire = Arc<Mutex<VecDeque<(u64, u64, Envelope)>>>;
+
+/// A transport that puts frames on the shared simulated wire.
+struct SimTransport {
+    from: u64,
+    wire: Wire,
+}
+
+impl Transport for SimTransport {
+    fn send(&mut self, to: u64, env: Envelope, _is_snapshot: bool) {
+        self.wire.lock().unwrap().push_back((self.from, to, env));
+    }
+    fn set_peers(&mut self, _peers: &BTreeMap<u64, String>) {}
+}
+
+struct SimNode {
+    driver: Option<Driver<Recorder>>,
+    sm: Recorder,
+    dir: PathBuf,
+    metrics: Arc<Metrics>,
+}
+
+type Pending = oneshot::Receiver<std::result::Result<(u64, Vec<u8>), ProposeError>>;
+
+struct Sim {
+    _root: tempfile::TempDir,
+    nodes: BTreeMap<u64, SimNode>,
+    wire: Wire,
+    /// Directed links that drop everything.
+    cut: HashSet<(u64, u64)>,
+    /// Proposals made so far: (command, reply).
+    pending: Vec<(Vec<u8>, Pending)>,
+    /// Outcomes heard so far.
+    ok: Vec<Vec<u8>>,
+    failed: usize,
+    checkpoint_entries: u64,
+}
+
+fn node_config(id: u64, dir: PathBuf, voters: &[u64], checkpoint_entries: u64) -> NodeConfig {
+    let mut c = NodeConfig::single(id, dir);
+    c.voters = voters.to_vec();
+    c.peers = (1..=5).map(|i| (i, format!("node{i}"))).collect();
+    c.checkpoint_entries = checkpoint_entries;
+    c.leader_wait_ticks = 30;
+    c.commit_wait_ticks = 60;
+    c
+}
+
+impl Sim {
+    fn new(n: u64, checkpoint_entries: u64) -> Sim {
+        let root = tempfile::tempdir().unwrap();
+        let mut sim = Sim {
+            nodes: BTreeMap::new(),
+            wire: Wire::default(),
+            cut: HashSet::new(),
+            pending: Vec::new(),
+            ok: Vec::new(),
+            failed: 0,
+            checkpoint_entries,
+            _root: root,
+        };
+        let voters: Vec<u64> = (1..=n).collect();
+        for id in 1..=n {
+            sim.add(id, &voters);
+        }
+        sim
+    }
+
+    fn add(&mut self, id: u64, voters: &[u64]) {
+        let dir = self._root.path().join(format!("n{id}"));
+        let sm = Recorder::new();
+        let mut node = SimNode {
+            driver: None,
+            sm,
+            dir,
+            metrics: Arc::default(),
+        };
+        self.boot(&mut node, id, voters);
+        self.nodes.insert(id, node);
+    }
+
+    fn boot(&self, node: &mut SimNode, id: u64, voters: &[u64]) {
+        let config = node_config(id, node.dir.clone(), voters, self.checkpoint_entries);
+        let sm = node.sm.clone();
+        let store = LogStore::open(
+            &config.dir,
+            config.wal_segment_bytes,
+            &config.voters,
+            sm.applied_index(),
+            sm.snapshot_point(),
+        )
+        .unwrap();
+        let transport = Box::new(SimTransport {
+            from: id,
+            wire: self.wire.clone(),
+        });
+        let status = Arc::new(parking_lot::RwLock::new(NodeStatus::default()));
+        let driver =
+            Driver::new(config, store, sm, transport, node.metrics.clone(), status).unwrap();
+        node.driver = Some(driver);
+    }
+
+    /// Stops a node abruptly (no checkpoint): what it fsynced survives.
+    fn crash(&mut self, id: u64) {
+        let node = self.nodes.get_mut(&id).unwrap();
+        node.driver = None;
+        node.sm = node.sm.recover();
+    }
+
+    fn restart(&mut self, id: u64) {
+        let mut node = self.nodes.remove(&id).unwrap();
+        self.boot(&mut node, id, &[]);
+        self.nodes.insert(id, node);
+    }
+
+    fn driver(&mut self, id: u64) -> &mut Driver<Recorder> {
+        self.nodes.get_mut(&id).unwrap().driver.as_mut().unwrap()
+    }
+
+    fn isolate(&mut self, id: u64) {
+        for other in self.nodes.keys().copied().collect::<Vec<_>>() {
+            if other != id {
+                self.cut.insert((id, other));
+                self.cut.insert((other, id));
+            }
+        }
+    }
+
+    fn heal(&mut self) {
+        self.cut.clear();
+    }
+
+    /// Delivers frames until the wire is quiet (bounded).
+    fn deliver(&mut self) {
+        for _ in 0..100_000 {
+            let Some((from, to, env)) = self.wire.lock().unwrap().pop_front() else {
+                return;
+            };
+            if self.cut.contains(&(from, to)) {
+                continue;
+            }
+            let Some(Some(d)) = self.nodes.get_mut(&to).map(|n| n.driver.as_mut()) else {
+                continue;
+            };
+            d.receive(Inbound::Envelope(env));
+            d.step();
+        }
+        panic!("the simulated network never went quiet");
+    }
+
+    /// One tick on every running node, then delivery; collects answers.
+    fn round(&mut self) {
+        for node in self.nodes.values_mut() {
+            if let Some(d) = node.driver.as_mut() {
+                d.tick();
+                d.step();
+            }
+        }
+        self.deliver();
+        self.collect();
+    }
+
+    fn rounds(&mut self, n: usize) {
+        for _ in 0..n {
+            self.round();
+        }
+    }
+
+    fn collect(&mut self) {
+        let mut still = Vec::new();
+        for (cmd, mut rx) in std::mem::take(&mut self.pending) {
+            match rx.try_recv() {
+                Ok(Ok((_, echoed))) => {
+                    assert_eq!(echoed, cmd, "a proposer got another command's response");
+                    self.ok.push(cmd);
+                }
+                Ok(Err(_)) => self.failed += 1,
+                Err(oneshot::error::TryRecvError::Empty) => still.push((cmd, rx)),
+                Err(e) => panic!("a reply was dropped unanswered: {e}"),
+            }
+        }
+        self.pending = still;
+    }
+
+    fn propose(&mut self, on: u64, cmd: &str) {
+        let (reply, rx) = oneshot::channel();
+        let d = self.driver(on);
+        d.request(Request::Propose {
+            command: cmd.as_bytes().to_vec(),
+            reply,
+        });
+        d.step();
+        self.pending.push((cmd.as_bytes().to_vec(), rx));
+    }
+
+    fn leader(&self) -> Option<u64> {
+        let leaders: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter_map(|(id, n)| {
+                let d = n.driver.as_ref()?;
+                (d.status_role() == "leader" && !self.isolated(*id)).then_some(*id)
+            })
+            .collect();
+        (leaders.len() == 1).then(|| leaders[0])
+    }
+
+    fn isolated(&self, id: u64) -> bool {
+        self.nodes
+            .keys()
+            .filter(|o| **o != id)
+            .all(|o| self.cut.contains(&(id, *o)))
+    }
+
+    fn elect(&mut self) -> u64 {
+        for _ in 0..500 {
+            self.round();
+            if let Some(l) = self.leader() {
+                return l;
+            }
+        }
+        let states: Vec<_> = self
+            .nodes
+            .values()
+            .filter_map(|n| n.driver.as_ref().map(|d| d.status_snapshot()))
+            .collect();
+        panic!("no leader elected in 500 ticks: {states:#?}");
+    }
+
+    /// Runs until every pending proposal is answered (bounded).
+    fn settle(&mut self) {
+        for _ in 0..500 {
+            if self.pending.is_empty() {
+                break;
+            }
+            self.round();
+        }
+        assert!(self.pending.is_empty(), "proposals still unanswered");
+        // let followers catch up with the last commit
+        self.rounds(20);
+    }
+
+    /// The safety checks: identical histories, no duplicates, every `Ok` present.
+    fn check(&self, ids: &[u64]) -> Vec<(u64, Vec<u8>)> {
+        let first = self.nodes[&ids[0]].sm.memory();
+        for id in ids {
+            assert_eq!(
+                self.nodes[id].sm.memory(),
+                first,
+                "node {id} applied a different history than node {}",
+                ids[0]
+            );
+        }
+        let set: BTreeSet<&Vec<u8>> = first.iter().map(|(_, c)| c).collect();
+        assert_eq!(set.len(), first.len(), "a command was applied twice");
+        for cmd in &self.ok {
+            assert!(
+                set.contains(cmd),
+                "acknowledged {:?} is missing",
+                String::from_utf8_lossy(cmd)
+            );
+        }
+        first
+    }
+}
+
+impl<SM: StateMachine> Driver<SM> {
+    fn status_role(&self) -> String {
+        self.status_snapshot().role
+    }
+}
+
+#[test]
+fn election_then_writes_on_any_node_reach_every_node() {
+    let mut sim = Sim::new(3, 1000);
+    let leader = sim.elect();
+    for i in 0..30 {
+        sim.propose(1 + i % 3, &format!("w{i}"));
+    }
+    sim.settle();
+    assert_eq!(
+        sim.ok.len(),
+        30,
+        "every write on a healthy cluster succeeds"
+    );
+    let history = sim.check(&[1, 2, 3]);
+    assert_eq!(history.len(), 30);
+    assert!(leader >= 1);
+}
+
+#[test]
+fn leader_change_with_pending_proposals_never_acknowledges_a_lost_write() {
+    let mut sim = Sim::new(3, 1000);
+    for round in 0..3 {
+        let old = sim.elect();
+        // Proposals reach the old leader's log, then it is cut off before replicating them.
+        for i in 0..5 {
+            sim.propose(old, &format!("r{round}-old{i}"));
+        }
+        sim.isolate(old);
+        // Followers also take writes while the election runs; they wait for the new leader.
+        let others: Vec<u64> = (1..=3).filter(|i| *i != old).collect();
+        for i in 0..5 {
+            sim.propose(others[i % 2], &format!("r{round}-new{i}"));
+        }
+        let new = sim.elect();
+        assert_ne!(new, old);
+        sim.rounds(80); // beyond the old leader's commit wait
+        sim.heal();
+        sim.settle();
+    }
+    let history = sim.check(&[1, 2, 3]);
+    assert!(
+        sim.failed > 0,
+        "the cut-off leader's writes must not be acknowledged"
+    );
+    assert!(
+        sim.ok
+            .iter()
+            .all(|c| !String::from_utf8_lossy(c).contains("old")),
+        "no write placed only on a cut-off leader is acknowledged"
+    );
+    assert!(history.len() >= sim.ok.len());
+}
+
+#[test]
+fn a_diverged_log_is_overwritten_and_its_proposers_told() {
+    let mut sim = Sim::new(3, 1000);
+    let old = sim.elect();
+    sim.propose(old, "committed");
+    sim.settle();
+    // The old leader appends entries nobody else gets.
+    sim.isolate(old);
+    for i in 0..10 {
+        sim.propose(old, &format!("diverged{i}"));
+    }
+    let new = sim.elect();
+    for i in 0..10 {
+        sim.propose(new, &format!("winner{i}"));
+    }
+    sim.rounds(30);
+    sim.heal();
+    sim.settle();
+    let history = sim.check(&[1, 2, 3]);
+    let cmds: Vec<String> = history
+        .iter()
+        .map(|(_, c)| String::from_utf8_lossy(c).into_owned())
+        .collect();
+    assert!(cmds.iter().all(|c| !c.starts_with("diverged")), "{cmds:?}");
+    assert_eq!(cmds.iter().filter(|c| c.starts_with("winner")).count(), 10);
+    assert_eq!(sim.failed, 10, "each diverged proposer hears a failure");
+}
+
+#[test]
+fn a_follower_behind_the_compaction_point_catches_up_with_a_snapshot() {
+    let mut sim = Sim::new(3, 20);
+    let leader = sim.elect();
+    let lagging = if leader == 3 { 2 } else { 3 };
+    sim.isolate(lagging);
+    for i in 0..200 {
+        sim.propose(leader, &format!("s{i}"));
+        if i % 10 == 0 {
+            sim.round();
+        }
+    }
+    sim.settle();
+    assert_eq!(sim.ok.len(), 200);
+    sim.heal();
+    sim.rounds(50);
+    sim.check(&[1, 2, 3]);
+    let installed = Metrics::get(&sim.nodes[&lagging].metrics.snapshots_installed);
+    assert!(installed >= 1, "the lagging node installed a snapshot");
+    // And it keeps up with new writes afterwards.
+    sim.propose(lagging, "after");
+    sim.settle();
+    assert_eq!(sim.check(&[1, 2, 3]).last().unwrap().1, b"after".to_vec());
+}
+
+#[test]
+fn restarted_nodes_recover_and_catch_up() {
+    let mut sim = Sim::new(3, 25);
+    let leader = sim.elect();
+    let follower = if leader == 1 { 2 } else { 1 };
+    for i in 0..40 {
+        sim.propose(leader, &format!("a{i}"));
+    }
+    sim.settle();
+    sim.crash(follower);
+    for i in 0..40 {
+        sim.propose(leader, &format!("b{i}"));
+    }
+    sim.settle();
+    sim.restart(follower);
+    sim.rounds(50);
+    // the leader itself restarts too; the cluster elects again and goes on
+    sim.crash(leader);
+    sim.restart(leader);
+    sim.elect();
+    sim.propose(follower, "c");
+    sim.settle();
+    let h = sim.check(&[1, 2, 3]);
+    assert_eq!(h.len(), 81);
+}
+
+#[test]
+fn members_are_added_and_removed_while_writes_go_on() {
+    let mut sim = Sim::new(3, 30);
+    let leader = sim.elect();
+    for i in 0..50 {
+        sim.propose(leader, &format!("m{i}"));
+    }
+    sim.settle();
+    sim.add(4, &[]);
+    let (reply, mut added) = oneshot::channel();
+    sim.driver(2).request(Request::ChangeMembership {
+        change: membership(Membership::Add(4, "node4".into())),
+        reply,
+    });
+    for i in 0..20 {
+        sim.propose(1 + i % 3, &format!("n{i}"));
+    }
+    sim.settle();
+    sim.rounds(30);
+    assert!(matches!(added.try_recv(), Ok(Ok(()))));
+    sim.check(&[1, 2, 3, 4]);
+    // Remove node 1 — whether or not it leads.
+    let (reply, mut removed) = oneshot::channel();
+    sim.driver(4).request(Request::ChangeMembership {
+        change: membership(Membership::Remove(1)),
+        reply,
+    });
+    for _ in 0..300 {
+        sim.round();
+        if !matches!(removed.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+            break;
+        }
+    }
+    sim.isolate(1);
+    let new = sim.elect();
+    assert_ne!(new, 1);
+    for i in 0..10 {
+        sim.propose(4, &format!("o{i}"));
+    }
+    sim.settle();
+    let h = sim.check(&[2, 3, 4]);
+    assert_eq!(h.iter().filter(|(_, c)| c.starts_with(b"o")).count(), 10);
+}
+
+#[test]
+fn read_index_on_a_follower_waits_for_the_leaders_commit() {
+    let mut sim = Sim::new(3, 1000);
+    let leader = sim.elect();
+    let follower = if leader == 1 { 2 } else { 1 };
+    for i in 0..5 {
+        sim.propose(leader, &format!("x{i}"));
+    }
+    sim.settle();
+    let (reply, mut read) = oneshot::channel();
+    sim.driver(follower).request(Request::ReadIndex { reply });
+    sim.rounds(10);
+    assert!(matches!(read.try_recv(), Ok(Ok(()))));
+    assert_eq!(sim.nodes[&follower].sm.memory().len(), 5);
+    // Without a quorum the barrier cannot be confirmed: it fails instead of reading stale.
+    sim.isolate(follower);
+    let (reply, mut read) = oneshot::channel();
+    sim.driver(follower).request(Request::ReadIndex { reply });
+    sim.rounds(200);
+    assert!(matches!(read.try_recv(), Ok(Err(_))));
+}
+
+fn membership(m: Membership) -> raft::eraftpb::ConfChangeV2 {
+    super::membership_change(m)
+}

@@ -1,0 +1,326 @@
+//! How nodes talk: the [`Envelope`] every node-to-node frame carries, the [`Transport`] the node
+//! task sends through, and [`TcpTransport`], the real one.
+//!
+//! Frames are `[len u32 big-endian][prost-encoded Envelope]`. An envelope carries a raft-rs
+//! message (its own protobuf encoding, as bytes), a proposal forwarded to the leader, or the
+//! leader's answer to one. The node task never blocks on the network: [`Transport::send`] only
+//! queues, and what happens later (a peer unreachable, a snapshot delivered or not) comes back
+//! as an [`Inbound`] report on the same bounded channel as received frames.
+//!
+//! Invariants: every queue is bounded — per peer `PEER_QUEUE` frames out, `INBOUND_QUEUE`
+//! frames in — and a full outgoing queue drops the frame and reports the peer unreachable
+//! (Raft resends what matters); a frame larger than the configured maximum is refused on both
+//! sides; connections are re-established with capped exponential backoff.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use prost::Message as _;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+/// One node-to-node frame.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Envelope {
+    /// Sender's node id.
+    #[prost(uint64, tag = "1")]
+    pub from: u64,
+    #[prost(oneof = "Body", tags = "2, 3, 4")]
+    pub body: Option<Body>,
+}
+
+/// What an [`Envelope`] carries.
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum Body {
+    /// A raft-rs `eraftpb::Message`, protobuf-encoded.
+    #[prost(bytes, tag = "2")]
+    Raft(Vec<u8>),
+    /// A proposal made on a follower, for the leader to put in the log.
+    #[prost(message, tag = "3")]
+    Forward(Forward),
+    /// The leader's answer to a [`Forward`].
+    #[prost(message, tag = "4")]
+    ForwardReply(ForwardReply),
+}
+
+/// A proposal forwarded to the leader. The leader proposes it with `(from, tag)` as the entry's
+/// context, so the forwarding node recognises the entry when it applies it itself.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Forward {
+    #[prost(uint64, tag = "1")]
+    pub tag: u64,
+    #[prost(bytes, tag = "2")]
+    pub command: Vec<u8>,
+    /// A protobuf `ConfChangeV2` rather than a state-machine command.
+    #[prost(bool, tag = "3")]
+    pub conf_change: bool,
+}
+
+/// The leader's answer to a [`Forward`]: where it put the entry, or why it did not.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ForwardReply {
+    #[prost(uint64, tag = "1")]
+    pub tag: u64,
+    /// Empty when accepted.
+    #[prost(string, tag = "2")]
+    pub error: String,
+    #[prost(uint64, tag = "3")]
+    pub index: u64,
+    #[prost(uint64, tag = "4")]
+    pub term: u64,
+}
+
+/// What reaches the node task from the network.
+#[derive(Debug)]
+pub enum Inbound {
+    Envelope(Envelope),
+    /// A frame to this peer could not be queued or written.
+    Unreachable(u64),
+    /// A snapshot message to this peer was written to its socket (`true`) or was lost.
+    SnapshotSent(u64, bool),
+}
+
+/// The node task's way out. Implementations must not block.
+pub trait Transport: Send + 'static {
+    /// Queues `env` for node `to`; failures are reported later as [`Inbound`] reports.
+    fn send(&mut self, to: u64, env: Envelope, is_snapshot: bool);
+    /// The address book changed (a node was added or removed).
+    fn set_peers(&mut self, peers: &BTreeMap<u64, String>);
+}
+
+/// A transport that drops everything: a single node has nobody to talk to.
+pub struct NoTransport;
+
+impl Transport for NoTransport {
+    fn send(&mut self, to: u64, _env: Envelope, _is_snapshot: bool) {
+        tracing::trace!(to, "no transport: message dropped");
+    }
+    fn set_peers(&mut self, _peers: &BTreeMap<u64, String>) {}
+}
+
+/// Frames queued to one peer before new ones are dropped.
+const PEER_QUEUE: usize = 4096;
+/// Received frames queued for the node task before readers stop reading (TCP backpressure).
+pub const INBOUND_QUEUE: usize = 8192;
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+struct Outgoing {
+    frame: Vec<u8>,
+    is_snapshot: bool,
+}
+
+struct Peer {
+    addr: String,
+    queue: mpsc::Sender<Outgoing>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Raft over TCP: a listener for frames from any peer, and one writer task per peer.
+pub struct TcpTransport {
+    id: u64,
+    runtime: tokio::runtime::Handle,
+    inbound: mpsc::Sender<Inbound>,
+    peers: HashMap<u64, Peer>,
+    max_frame: usize,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl TcpTransport {
+    /// Listens on `listener` (already bound: the caller learns bind errors at startup) and
+    /// prepares writers for every peer but `id`, on `runtime`.
+    pub fn start(
+        id: u64,
+        listener: std::net::TcpListener,
+        peers: &BTreeMap<u64, String>,
+        inbound: mpsc::Sender<Inbound>,
+        max_frame: usize,
+        runtime: tokio::runtime::Handle,
+    ) -> std::io::Result<TcpTransport> {
+        listener.set_nonblocking(true)?;
+        let tx = inbound.clone();
+        let listener = {
+            let _guard = runtime.enter();
+            let listener = TcpListener::from_std(listener)?;
+            runtime.spawn(accept_loop(listener, tx, max_frame))
+        };
+        let mut t = TcpTransport {
+            id,
+            runtime,
+            inbound,
+            peers: HashMap::new(),
+            max_frame,
+            listener,
+        };
+        t.set_peers(peers);
+        Ok(t)
+    }
+}
+
+impl Drop for TcpTransport {
+    fn drop(&mut self) {
+        self.listener.abort();
+        for (_, p) in self.peers.drain() {
+            p.task.abort();
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn send(&mut self, to: u64, env: Envelope, is_snapshot: bool) {
+        let Some(peer) = self.peers.get(&to) else {
+            let _ = self.inbound.try_send(Inbound::Unreachable(to));
+            return;
+        };
+        let frame = env.encode_to_vec();
+        if frame.len() > self.max_frame {
+            tracing::error!(
+                to,
+                bytes = frame.len(),
+                max = self.max_frame,
+                "frame too large for the transport; dropped"
+            );
+            let report = if is_snapshot {
+                Inbound::SnapshotSent(to, false)
+            } else {
+                Inbound::Unreachable(to)
+            };
+            let _ = self.inbound.try_send(report);
+            return;
+        }
+        if peer
+            .queue
+            .try_send(Outgoing { frame, is_snapshot })
+            .is_err()
+        {
+            let _ = self.inbound.try_send(Inbound::Unreachable(to));
+            if is_snapshot {
+                let _ = self.inbound.try_send(Inbound::SnapshotSent(to, false));
+            }
+        }
+    }
+
+    fn set_peers(&mut self, peers: &BTreeMap<u64, String>) {
+        self.peers.retain(|id, p| {
+            let keep = peers.get(id) == Some(&p.addr);
+            if !keep {
+                p.task.abort();
+            }
+            keep
+        });
+        for (&id, addr) in peers {
+            if id == self.id || self.peers.contains_key(&id) {
+                continue;
+            }
+            let (queue, rx) = mpsc::channel(PEER_QUEUE);
+            let task = self
+                .runtime
+                .spawn(write_loop(id, addr.clone(), rx, self.inbound.clone()));
+            self.peers.insert(
+                id,
+                Peer {
+                    addr: addr.clone(),
+                    queue,
+                    task,
+                },
+            );
+        }
+    }
+}
+
+/// Keeps a connection to one peer and writes its queued frames, reconnecting with backoff.
+/// Frames queued while the peer is down are dropped (and the peer reported unreachable):
+/// stale Raft messages are worthless, and Raft resends what it still needs.
+async fn write_loop(
+    to: u64,
+    addr: String,
+    mut rx: mpsc::Receiver<Outgoing>,
+    inbound: mpsc::Sender<Inbound>,
+) {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let mut stream = match TcpStream::connect(&addr).await {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                backoff = BACKOFF_MIN;
+                s
+            }
+            Err(e) => {
+                tracing::debug!(to, %addr, "cannot connect to peer: {e}");
+                let _ = inbound.try_send(Inbound::Unreachable(to));
+                // Drop what queued up meanwhile, reporting lost snapshots.
+                while let Ok(out) = rx.try_recv() {
+                    if out.is_snapshot {
+                        let _ = inbound.try_send(Inbound::SnapshotSent(to, false));
+                    }
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        loop {
+            let Some(out) = rx.recv().await else { return };
+            let len = (out.frame.len() as u32).to_be_bytes();
+            let written = async {
+                stream.write_all(&len).await?;
+                stream.write_all(&out.frame).await
+            }
+            .await;
+            if out.is_snapshot {
+                let _ = inbound.try_send(Inbound::SnapshotSent(to, written.is_ok()));
+            }
+            if let Err(e) = written {
+                tracing::debug!(to, %addr, "connection to peer lost: {e}");
+                let _ = inbound.try_send(Inbound::Unreachable(to));
+                break;
+            }
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, inbound: mpsc::Sender<Inbound>, max_frame: usize) {
+    loop {
+        match listener.accept().await {
+            Ok((socket, peer)) => {
+                let _ = socket.set_nodelay(true);
+                let inbound = inbound.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = read_loop(socket, inbound, max_frame).await {
+                        tracing::debug!(%peer, "peer connection ended: {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!("raft accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn read_loop(
+    mut socket: TcpStream,
+    inbound: mpsc::Sender<Inbound>,
+    max_frame: usize,
+) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    loop {
+        let mut len = [0u8; 4];
+        socket.read_exact(&mut len).await?;
+        let len = u32::from_be_bytes(len) as usize;
+        if len > max_frame {
+            return Err(std::io::Error::other(format!(
+                "frame of {len} bytes exceeds the maximum of {max_frame}"
+            )));
+        }
+        buf.resize(len, 0);
+        socket.read_exact(&mut buf).await?;
+        let env = Envelope::decode(buf.as_slice())
+            .map_err(|e| std::io::Error::other(format!("undecodable frame: {e}")))?;
+        if inbound.send(Inbound::Envelope(env)).await.is_err() {
+            return Ok(()); // the node stopped
+        }
+    }
+}

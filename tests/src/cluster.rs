@@ -1,0 +1,426 @@
+//! A cluster of real `sluice` processes on one machine, for failover, partition and
+//! membership tests.
+//!
+//! Every node listens for Postgres clients on a port it picks (printed as `listening on`) and
+//! for Raft peers on a port chosen here at run time. With `proxied`, node *j* reaches node *i*
+//! through a TCP proxy owned by the test (one per direction), so a test can cut any link —
+//! an in-process fault-injecting network, used where network namespaces are unavailable.
+//! Dropping the [`Cluster`] SIGKILLs every node and removes the data directories.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_postgres::{Client, NoTls};
+
+use crate::server::{binary_path, forward_output, CONNECT_TIMEOUT, STARTUP_TIMEOUT};
+
+/// A free loopback port (bound, then released: the node binds it right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("pick a free port")
+}
+
+/// One direction of one link: forwards connections to `target` unless cut.
+struct Link {
+    cut: Arc<AtomicBool>,
+    /// Bumped on every cut, so open connections notice and close.
+    epoch: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Link {
+    async fn start(target: u16) -> (Link, u16) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("proxy addr").port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let epoch = Arc::new(AtomicU64::new(0));
+        let (c, e) = (cut.clone(), epoch.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                if c.load(Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                let (c, e) = (c.clone(), e.clone());
+                tokio::spawn(async move {
+                    let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
+                        return;
+                    };
+                    let start = e.load(Ordering::SeqCst);
+                    let (mut ri, mut wi) = inbound.into_split();
+                    let (mut ro, mut wo) = outbound.into_split();
+                    let copy = async {
+                        tokio::select! {
+                            _ = tokio::io::copy(&mut ri, &mut wo) => {}
+                            _ = tokio::io::copy(&mut ro, &mut wi) => {}
+                        }
+                    };
+                    let watch = async {
+                        while !c.load(Ordering::SeqCst) && e.load(Ordering::SeqCst) == start {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    };
+                    tokio::select! {
+                        _ = copy => {}
+                        _ = watch => {}
+                    }
+                });
+            }
+        });
+        (Link { cut, epoch, task }, port)
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::SeqCst);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub struct Node {
+    pub id: u64,
+    child: Option<Child>,
+    pg_port: Option<u16>,
+    port_rx: Option<mpsc::Receiver<u16>>,
+    pub raft_port: u16,
+    data_dir: PathBuf,
+    args: Vec<String>,
+    generation: u32,
+}
+
+pub struct Cluster {
+    _root: TempDir,
+    pub nodes: BTreeMap<u64, Node>,
+    links: BTreeMap<(u64, u64), Link>,
+    link_ports: BTreeMap<(u64, u64), u16>,
+    extra: Vec<String>,
+}
+
+impl Cluster {
+    /// Starts `n` nodes (ids 1..=n) and waits until each serves clients.
+    pub async fn start(n: u64, proxied: bool, extra: &[&str]) -> Cluster {
+        let root = tempfile::Builder::new()
+            .prefix("sluice-cluster-")
+            .tempdir()
+            .expect("temp dir");
+        let mut cluster = Cluster {
+            _root: root,
+            nodes: BTreeMap::new(),
+            links: BTreeMap::new(),
+            link_ports: BTreeMap::new(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for id in 1..=n {
+            cluster.nodes.insert(id, cluster.new_node(id));
+        }
+        if proxied {
+            for i in 1..=n {
+                for j in 1..=n {
+                    if i != j {
+                        let target = cluster.nodes[&j].raft_port;
+                        let (link, port) = Link::start(target).await;
+                        cluster.links.insert((i, j), link);
+                        cluster.link_ports.insert((i, j), port);
+                    }
+                }
+            }
+        }
+        let ids: Vec<u64> = cluster.nodes.keys().copied().collect();
+        let extra = cluster.extra.clone();
+        for id in &ids {
+            let peers = cluster.peers_for(*id, &ids);
+            let node = cluster.nodes.get_mut(id).expect("known node");
+            node.args = vec!["--node-id".into(), id.to_string(), "--peers".into(), peers];
+            node.spawn_with(&extra);
+        }
+        for id in ids {
+            cluster.wait_ready(id).await;
+        }
+        cluster
+    }
+
+    fn new_node(&self, id: u64) -> Node {
+        let data_dir = self._root.path().join(format!("node{id}"));
+        Node {
+            id,
+            child: None,
+            pg_port: None,
+            port_rx: None,
+            raft_port: free_port(),
+            data_dir,
+            args: Vec::new(),
+            generation: 0,
+        }
+    }
+
+    /// The `--peers` value for node `me`: its own Raft address, and every other node's
+    /// address as `me` reaches it (through the proxy when proxied).
+    fn peers_for(&self, me: u64, ids: &[u64]) -> String {
+        ids.iter()
+            .map(|&id| {
+                let port = match self.link_ports.get(&(me, id)) {
+                    Some(p) if id != me => *p,
+                    _ => self.nodes[&id].raft_port,
+                };
+                format!("{id}=127.0.0.1:{port}")
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Adds node `id` as a process started with `--join` (not yet a member; add it with
+    /// `ALTER CLUSTER ADD NODE`). Not proxied. Returns its Raft address.
+    pub fn spawn_joining(&mut self, id: u64) -> String {
+        let mut node = self.new_node(id);
+        let mut ids: Vec<u64> = self.nodes.keys().copied().collect();
+        ids.push(id);
+        self.nodes.insert(id, node_placeholder());
+        let mut peers: Vec<String> = ids
+            .iter()
+            .filter(|i| **i != id)
+            .map(|i| format!("{i}=127.0.0.1:{}", self.nodes[i].raft_port))
+            .collect();
+        peers.push(format!("{id}=127.0.0.1:{}", node.raft_port));
+        node.args = vec![
+            "--node-id".into(),
+            id.to_string(),
+            "--peers".into(),
+            peers.join(","),
+            "--join".into(),
+        ];
+        let addr = format!("127.0.0.1:{}", node.raft_port);
+        node.spawn_with(&self.extra);
+        self.nodes.insert(id, node);
+        addr
+    }
+
+    /// Waits (bounded) until node `id` prints `listening on`.
+    pub async fn wait_ready(&mut self, id: u64) {
+        let extra = self.extra.clone();
+        let node = self.node_mut(id);
+        if node.child.is_none() {
+            node.spawn_with(&extra);
+        }
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        let rx = node.port_rx.take().expect("node was spawned");
+        loop {
+            match rx.try_recv() {
+                Ok(port) => {
+                    node.pg_port = Some(port);
+                    return;
+                }
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    panic!("node {id} exited before serving clients; see its output above")
+                }
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {id} did not serve clients within {STARTUP_TIMEOUT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn is_up(&self, id: u64) -> bool {
+        self.nodes[&id].pg_port.is_some()
+    }
+
+    pub fn pg_port(&self, id: u64) -> Option<u16> {
+        self.nodes.get(&id).and_then(|n| n.pg_port)
+    }
+
+    pub fn data_dir(&self, id: u64) -> &Path {
+        &self.nodes[&id].data_dir
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self, id: u64) {
+        self.node_mut(id).kill();
+    }
+
+    /// SIGTERM and wait (bounded) for a clean exit; panics on a failed exit.
+    pub async fn stop(&mut self, id: u64) {
+        let node = self.node_mut(id);
+        let Some(mut child) = node.child.take() else {
+            return;
+        };
+        node.pg_port = None;
+        let pid = child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                assert!(status.success(), "node {id} exited with {status}");
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("node {id} did not exit within 30s of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts a stopped node again (same data directory and arguments) and waits for it.
+    pub async fn restart(&mut self, id: u64) {
+        let extra = self.extra.clone();
+        let node = self.node_mut(id);
+        assert!(node.child.is_none(), "node {id} is still running");
+        node.generation += 1;
+        node.spawn_with(&extra);
+        self.wait_ready(id).await;
+    }
+
+    /// Cuts (or restores) every link to and from `id`; returns once open connections over
+    /// the cut links are closed (they are checked every 10 ms).
+    pub async fn isolate(&self, id: u64, cut: bool) {
+        for ((a, b), link) in &self.links {
+            if *a == id || *b == id {
+                link.set_cut(cut);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    /// A client of node `id`.
+    pub async fn client(&self, id: u64) -> Client {
+        let port = self
+            .pg_port(id)
+            .unwrap_or_else(|| panic!("node {id} is not up"));
+        connect(port)
+            .await
+            .unwrap_or_else(|e| panic!("connect to node {id}: {e}"))
+    }
+
+    /// The leader as reported by any running node that knows one.
+    pub async fn leader(&self) -> Option<u64> {
+        let ids: Vec<u64> = self.nodes.keys().copied().collect();
+        self.leader_among(&ids).await
+    }
+
+    /// The leader as reported by the first of `ids` that is up and knows one.
+    pub async fn leader_among(&self, ids: &[u64]) -> Option<u64> {
+        for id in ids {
+            let Some(port) = self.pg_port(*id) else {
+                continue;
+            };
+            let Ok(client) = connect(port).await else {
+                continue;
+            };
+            let sql = "SELECT node_id FROM sluice_cluster WHERE role = 'leader'";
+            if let Ok(Ok(rows)) =
+                tokio::time::timeout(Duration::from_secs(5), client.query(sql, &[])).await
+            {
+                if let Some(r) = rows.first() {
+                    return Some(r.get::<_, i64>(0) as u64);
+                }
+            }
+        }
+        None
+    }
+
+    /// Waits (bounded) until one of `ids` reports a leader other than `not`.
+    pub async fn wait_leader(&self, ids: &[u64], not: Option<u64>, limit: Duration) -> u64 {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(l) = self.leader_among(ids).await {
+                if Some(l) != not {
+                    return l;
+                }
+            }
+            assert!(Instant::now() < deadline, "no new leader within {limit:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Cluster {
+    fn node_mut(&mut self, id: u64) -> &mut Node {
+        self.nodes
+            .get_mut(&id)
+            .unwrap_or_else(|| panic!("no node {id} in this cluster"))
+    }
+}
+
+fn node_placeholder() -> Node {
+    Node {
+        id: 0,
+        child: None,
+        pg_port: None,
+        port_rx: None,
+        raft_port: 0,
+        data_dir: PathBuf::new(),
+        args: Vec::new(),
+        generation: 0,
+    }
+}
+
+/// Connects to a Postgres port (bounded), running the connection on the current runtime.
+pub async fn connect(port: u16) -> Result<Client, String> {
+    let conn = format!("host=127.0.0.1 port={port} user=sluice dbname=sluice connect_timeout=5");
+    let (client, connection) =
+        tokio::time::timeout(CONNECT_TIMEOUT, tokio_postgres::connect(&conn, NoTls))
+            .await
+            .map_err(|_| "connect timed out".to_string())?
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+impl Node {
+    fn spawn_with(&mut self, extra: &[String]) {
+        let bin = binary_path();
+        let data_dir = self.data_dir.to_str().expect("utf-8 path").to_string();
+        let mut child = Command::new(&bin)
+            .args(["serve", "--data-dir", &data_dir, "--listen", "127.0.0.1:0"])
+            .args(&self.args)
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .env("RUST_BACKTRACE", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let tag = format!("node{}#{}", self.id, self.generation);
+        let (tx, rx) = mpsc::channel();
+        forward_output(child.stdout.take().expect("stdout"), tag.clone(), Some(tx));
+        forward_output(child.stderr.take().expect("stderr"), tag, None);
+        self.child = Some(child);
+        self.port_rx = Some(rx);
+        self.pg_port = None;
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.pg_port = None;
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
