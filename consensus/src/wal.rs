@@ -248,7 +248,7 @@ impl Wal {
 
     /// Replaces the whole log with a snapshot's point: deletes every segment, starts an empty
     /// one holding `hs`, then records `meta`. A crash in between leaves a log that ends before
-    /// the state machine's snapshot, which [`crate::log_store::LogStore::open`] completes.
+    /// the state machine's snapshot, which `LogStore::open` completes.
     pub fn reset(&mut self, meta: SnapshotMetadata, hs: &HardState) -> Result<()> {
         for seg in self.segments.drain(..) {
             fs::remove_file(&seg.path).ctx(|| format!("remove {}", seg.path.display()))?;

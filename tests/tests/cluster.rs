@@ -482,3 +482,128 @@ async fn a_lagging_node_catches_up_by_snapshot_and_members_change_under_load() {
         .collect();
     assert_eq!(members, vec![2, 3, 4]);
 }
+
+/// Stops the example cluster however the test ends.
+struct ExampleCluster {
+    script: std::path::PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl ExampleCluster {
+    fn run(&self, arg: &str) -> std::process::Output {
+        std::process::Command::new("bash")
+            .arg(&self.script)
+            .arg(arg)
+            .envs(self.env.iter().cloned())
+            .output()
+            .expect("run examples/cluster.sh")
+    }
+}
+
+impl Drop for ExampleCluster {
+    fn drop(&mut self) {
+        let _ = self.run("stop");
+    }
+}
+
+fn psql(port: u16, commands: &[&str]) -> String {
+    let mut cmd = std::process::Command::new("psql");
+    cmd.args([
+        "-X",
+        "-w",
+        "-At",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-h",
+        "127.0.0.1",
+    ])
+    .args(["-p", &port.to_string(), "-U", "sluice", "-d", "sluice"]);
+    for c in commands {
+        cmd.args(["-c", c]);
+    }
+    let out = cmd.output().expect("run psql");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "psql {commands:?} failed: {}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// A base port whose client ports (base+1..3) and Raft ports (base+101..103) are all free.
+fn free_base_port() -> u16 {
+    for _ in 0..200 {
+        let base = 20_000 + rand::random::<u16>() % 30_000;
+        let ports = [1, 2, 3, 101, 102, 103].map(|d| base + d);
+        if ports
+            .iter()
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        {
+            return base;
+        }
+    }
+    panic!("no free block of ports");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_script_starts_a_cluster_psql_uses_on_every_node() {
+    if !sluice_tests::psql::psql_on_path() {
+        println!("SKIPPED the_example_script_starts_a_cluster: `psql` is not on PATH");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base = free_base_port();
+    let cluster = ExampleCluster {
+        script: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster.sh"),
+        env: vec![
+            (
+                "SLUICE_BIN".into(),
+                sluice_tests::binary_path().display().to_string(),
+            ),
+            ("CLUSTER_DIR".into(), dir.path().display().to_string()),
+            ("BASE_PORT".into(), base.to_string()),
+        ],
+    };
+    let started = cluster.run("start");
+    let printed = String::from_utf8_lossy(&started.stdout).into_owned();
+    assert!(
+        started.status.success(),
+        "cluster.sh start failed: {}{printed}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    for id in 1..=3 {
+        assert!(
+            printed.contains(&format!("port={}", base + id)),
+            "{printed}"
+        );
+    }
+    let port = |id: u16| base + id;
+    psql(
+        port(2),
+        &["CREATE STREAM orders (customer text NOT NULL, amount numeric(12,2))"],
+    );
+    psql(port(1), &["INSERT INTO orders VALUES ('ann', 10.50)"]);
+    psql(
+        port(3),
+        &["INSERT INTO orders VALUES ('bob', 3), ('cid', 7.25)"],
+    );
+    for id in 1..=3 {
+        let out = psql(
+            port(id),
+            &[
+                "SET read_consistency = 'linearizable'",
+                "SELECT \"offset\", customer, amount FROM orders ORDER BY \"offset\"",
+            ],
+        );
+        assert_eq!(
+            out.lines().filter(|l| l.contains('|')).collect::<Vec<_>>(),
+            vec!["0|ann|10.50", "1|bob|3.00", "2|cid|7.25"],
+            "node {id}"
+        );
+        let members = psql(port(id), &["SELECT count(*) FROM sluice_cluster"]);
+        assert_eq!(members.trim(), "3");
+    }
+    let stopped = cluster.run("stop");
+    assert!(stopped.status.success());
+}
