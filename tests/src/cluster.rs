@@ -255,6 +255,15 @@ impl Cluster {
         self.node_mut(id).kill();
     }
 
+    /// Sends SIGTERM without waiting for the exit (see [`Cluster::stop`]).
+    pub fn terminate(&self, id: u64) {
+        if let Some(child) = self.nodes.get(&id).and_then(|n| n.child.as_ref()) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+    }
+
     /// SIGTERM and wait (bounded) for a clean exit; panics on a failed exit.
     pub async fn stop(&mut self, id: u64) {
         let node = self.node_mut(id);

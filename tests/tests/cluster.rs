@@ -12,6 +12,10 @@ use sluice_tests::cluster::{connect, Cluster};
 use sluice_tests::{exec, sqlstate};
 use tokio_postgres::Client;
 
+/// The tests in this file run one at a time: each starts three or four processes, and
+/// failover timing should not depend on another cluster competing for the same cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Ports of the nodes that are up, shared with the load tasks.
 type Ports = Arc<Mutex<BTreeMap<u64, u16>>>;
 
@@ -240,6 +244,7 @@ async fn setup(cluster: &Cluster, on: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_take_writes_and_serve_reads_on_every_node() {
+    let _serial = SERIAL.lock().await;
     let cluster = Cluster::start(3, false, &[]).await;
     let leader = cluster
         .wait_leader(&[1, 2, 3], None, Duration::from_secs(30))
@@ -343,6 +348,7 @@ async fn three_nodes_take_writes_and_serve_reads_on_every_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_failover_under_load_loses_no_acknowledged_row() {
+    let _serial = SERIAL.lock().await;
     let mut cluster = Cluster::start(3, false, &["--checkpoint-entries", "500"]).await;
     setup(&cluster, 1).await;
     let ports: Ports = Arc::new(Mutex::new(ports_of(&cluster)));
@@ -358,12 +364,16 @@ async fn leader_failover_under_load_loses_no_acknowledged_row() {
         ports.lock().expect("lock").remove(&leader);
         let killed_at = Instant::now();
         if round == 5 {
-            // Once the old leader is restarted cleanly instead of killed.
-            cluster.stop(leader).await;
+            // Once the old leader is stopped cleanly (SIGTERM: it hands leadership over, then
+            // waits up to 5 s for its clients to leave) and restarted.
+            cluster.terminate(leader);
         } else {
             cluster.kill(leader);
         }
         let resumed = first_write_after(&cluster, &others, Duration::from_secs(30)).await;
+        if round == 5 {
+            cluster.stop(leader).await;
+        }
         resume.push(resumed - killed_at);
         wait_acked(&load, before, 20).await;
         cluster.restart(leader).await;
@@ -388,6 +398,7 @@ async fn leader_failover_under_load_loses_no_acknowledged_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_partitioned_leader_acknowledges_nothing_and_converges_after_healing() {
+    let _serial = SERIAL.lock().await;
     let cluster = Cluster::start(3, true, &[]).await;
     setup(&cluster, 1).await;
     let ports: Ports = Arc::new(Mutex::new(ports_of(&cluster)));
@@ -440,6 +451,7 @@ async fn a_partitioned_leader_acknowledges_nothing_and_converges_after_healing()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lagging_node_catches_up_by_snapshot_and_members_change_under_load() {
+    let _serial = SERIAL.lock().await;
     let mut cluster = Cluster::start(3, false, &["--checkpoint-entries", "100"]).await;
     setup(&cluster, 1).await;
     cluster.stop(3).await;
@@ -548,6 +560,7 @@ fn free_base_port() -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_script_starts_a_cluster_psql_uses_on_every_node() {
+    let _serial = SERIAL.lock().await;
     if !sluice_tests::psql::psql_on_path() {
         println!("SKIPPED the_example_script_starts_a_cluster: `psql` is not on PATH");
         return;
