@@ -269,14 +269,9 @@ impl<R: Send + 'static> NodeHandle<R> {
     /// and applied, with the state machine's response. Waits for room in the bounded queue.
     /// Empty commands are rejected (`Dropped`): an empty entry is Raft's own no-op.
     pub async fn propose(&self, command: Vec<u8>) -> std::result::Result<R, ProposeError> {
-        if let Some(reason) = self.shared.status.read().poisoned.clone() {
-            return Err(ProposeError::Failed(reason));
-        }
-        let (reply, response) = oneshot::channel();
-        self.send(Request::Propose { command, reply }).await?;
-        response
+        let gone = || ProposeError::Unknown("node stopped while waiting".into());
+        self.ask(|reply| Request::Propose { command, reply }, gone)
             .await
-            .unwrap_or_else(|_| Err(ProposeError::Unknown("node stopped while waiting".into())))
     }
 
     /// Adds or removes a member; resolves once the change is applied on this node.
@@ -284,43 +279,42 @@ impl<R: Send + 'static> NodeHandle<R> {
         &self,
         change: Membership,
     ) -> std::result::Result<(), ProposeError> {
-        let cc = membership_change(change);
-        let (reply, response) = oneshot::channel();
-        self.send(Request::ChangeMembership { change: cc, reply })
-            .await?;
-        response
+        let change = membership_change(change);
+        let gone = || ProposeError::Unknown("node stopped while waiting".into());
+        self.ask(|reply| Request::ChangeMembership { change, reply }, gone)
             .await
-            .unwrap_or_else(|_| Err(ProposeError::Unknown("node stopped while waiting".into())))
     }
 
     /// A linearizable read barrier: resolves once this node has applied everything the
     /// leader had committed when it confirmed (with a quorum) that it still leads.
     pub async fn read_index(&self) -> std::result::Result<(), ProposeError> {
-        let (reply, response) = oneshot::channel();
-        self.send(Request::ReadIndex { reply }).await?;
-        response
-            .await
-            .unwrap_or_else(|_| Err(ProposeError::Dropped("node stopped while waiting".into())))
+        let gone = || ProposeError::Dropped("node stopped while waiting".into());
+        self.ask(|reply| Request::ReadIndex { reply }, gone).await
     }
 
     /// If this node leads, starts handing leadership to the most up-to-date other voter, so
     /// that a clean shutdown does not make the cluster wait out an election timeout.
     pub async fn step_down(&self) -> std::result::Result<(), ProposeError> {
-        let (reply, response) = oneshot::channel();
-        self.send(Request::StepDown { reply }).await?;
-        response
-            .await
-            .unwrap_or_else(|_| Err(ProposeError::Failed("node stopped".into())))
+        let gone = || ProposeError::Failed("node stopped".into());
+        self.ask(|reply| Request::StepDown { reply }, gone).await
     }
 
-    async fn send(&self, req: Request<R>) -> std::result::Result<(), ProposeError> {
+    /// Sends the request `make` builds around a reply channel and waits for the answer;
+    /// `gone` is the answer if the node drops the request unanswered (it stopped).
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<std::result::Result<T, ProposeError>>) -> Request<R>,
+        gone: impl FnOnce() -> ProposeError,
+    ) -> std::result::Result<T, ProposeError> {
         if let Some(reason) = self.shared.status.read().poisoned.clone() {
             return Err(ProposeError::Failed(reason));
         }
+        let (reply, response) = oneshot::channel();
         self.proposals
-            .send(req)
+            .send(make(reply))
             .await
-            .map_err(|_| ProposeError::Failed("node stopped".into()))
+            .map_err(|_| ProposeError::Failed("node stopped".into()))?;
+        response.await.unwrap_or_else(|_| Err(gone()))
     }
 
     /// The node's counters.

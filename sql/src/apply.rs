@@ -207,6 +207,11 @@ impl Database {
     }
 
     fn write_checkpoint(&mut self, index: u64) -> Result<u64, String> {
+        self.write_checkpoint_record(index).map(|_| index)
+    }
+
+    /// [`Database::write_checkpoint`], returning the checkpoint record it stored.
+    fn write_checkpoint_record(&mut self, index: u64) -> Result<Vec<u8>, String> {
         self.prune_dedup()?;
         let mut streams = Vec::new();
         for s in self.catalog.list() {
@@ -241,7 +246,7 @@ impl Database {
             fs::remove_file(&legacy).map_err(|e| format!("{}: {e}", legacy.display()))?;
         }
         self.checkpointed = index;
-        Ok(index)
+        Ok(bytes)
     }
 
     /// Checkpoint, then the whole database as of that checkpoint: the record, every table
@@ -249,8 +254,8 @@ impl Database {
     /// checkpointed positions: nothing appends between the checkpoint and the read, both run
     /// on the state-machine thread).
     fn take_snapshot(&mut self) -> Result<(u64, Vec<u8>), String> {
-        let index = self.write_checkpoint(self.applied)?;
-        let record = self.tables.record().map_err(|e| e.to_string())?;
+        let index = self.applied;
+        let record = self.write_checkpoint_record(index)?;
         let tables = self
             .tables
             .dump()

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ use tempfile::TempDir;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_postgres::{Client, NoTls};
 
-use crate::server::{binary_path, forward_output, CONNECT_TIMEOUT, STARTUP_TIMEOUT};
+use crate::server::{spawn_sluice, CONNECT_TIMEOUT, STARTUP_TIMEOUT};
 
 /// A free loopback port (bound, then released: the node binds it right after).
 pub fn free_port() -> u16 {
@@ -188,15 +188,13 @@ impl Cluster {
     /// `ALTER CLUSTER ADD NODE`). Not proxied. Returns its Raft address.
     pub fn spawn_joining(&mut self, id: u64) -> String {
         let mut node = self.new_node(id);
-        let mut ids: Vec<u64> = self.nodes.keys().copied().collect();
-        ids.push(id);
-        self.nodes.insert(id, node_placeholder());
-        let mut peers: Vec<String> = ids
+        let addr = format!("127.0.0.1:{}", node.raft_port);
+        let mut peers: Vec<String> = self
+            .nodes
             .iter()
-            .filter(|i| **i != id)
-            .map(|i| format!("{i}=127.0.0.1:{}", self.nodes[i].raft_port))
+            .map(|(i, n)| format!("{i}=127.0.0.1:{}", n.raft_port))
             .collect();
-        peers.push(format!("{id}=127.0.0.1:{}", node.raft_port));
+        peers.push(format!("{id}={addr}"));
         node.args = vec![
             "--node-id".into(),
             id.to_string(),
@@ -204,7 +202,6 @@ impl Cluster {
             peers.join(","),
             "--join".into(),
         ];
-        let addr = format!("127.0.0.1:{}", node.raft_port);
         node.spawn_with(&self.extra);
         self.nodes.insert(id, node);
         addr
@@ -368,19 +365,6 @@ impl Cluster {
     }
 }
 
-fn node_placeholder() -> Node {
-    Node {
-        id: 0,
-        child: None,
-        pg_port: None,
-        port_rx: None,
-        raft_port: 0,
-        data_dir: PathBuf::new(),
-        args: Vec::new(),
-        generation: 0,
-    }
-}
-
 /// Connects to a Postgres port (bounded), running the connection on the current runtime.
 pub async fn connect(port: u16) -> Result<Client, String> {
     let conn = format!("host=127.0.0.1 port={port} user=sluice dbname=sluice connect_timeout=5");
@@ -397,23 +381,10 @@ pub async fn connect(port: u16) -> Result<Client, String> {
 
 impl Node {
     fn spawn_with(&mut self, extra: &[String]) {
-        let bin = binary_path();
-        let data_dir = self.data_dir.to_str().expect("utf-8 path").to_string();
-        let mut child = Command::new(&bin)
-            .args(["serve", "--data-dir", &data_dir, "--listen", "127.0.0.1:0"])
-            .args(&self.args)
-            .args(extra)
-            .env("NO_COLOR", "1")
-            .env("RUST_BACKTRACE", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let mut args = self.args.clone();
+        args.extend(extra.iter().cloned());
         let tag = format!("node{}#{}", self.id, self.generation);
-        let (tx, rx) = mpsc::channel();
-        forward_output(child.stdout.take().expect("stdout"), tag.clone(), Some(tx));
-        forward_output(child.stderr.take().expect("stderr"), tag, None);
+        let (child, rx) = spawn_sluice(&self.data_dir, &args, tag);
         self.child = Some(child);
         self.port_rx = Some(rx);
         self.pg_port = None;

@@ -143,25 +143,8 @@ impl Server {
     }
 
     async fn spawn(&mut self) {
-        let bin = binary_path();
-        let data_dir = self.data_dir.path().to_str().expect("utf-8 temp path");
-        let mut child = Command::new(&bin)
-            .args(["serve", "--data-dir", data_dir, "--listen", "127.0.0.1:0"])
-            .args(&self.args)
-            .env("NO_COLOR", "1")
-            .env("RUST_BACKTRACE", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
-
         let tag = format!("sluice#{}", self.generation);
-        let (port_tx, port_rx) = mpsc::channel();
-        let stdout = child.stdout.take().expect("piped stdout");
-        let stderr = child.stderr.take().expect("piped stderr");
-        forward_output(stdout, tag.clone(), Some(port_tx));
-        forward_output(stderr, tag, None);
+        let (child, port_rx) = spawn_sluice(self.data_dir.path(), &self.args, tag);
         self.child = Some(child);
 
         let deadline = Instant::now() + STARTUP_TIMEOUT;
@@ -197,9 +180,33 @@ impl Drop for Server {
     }
 }
 
+/// Starts `sluice serve` on `data_dir` and a random client port, with `args` after its own;
+/// its output goes to the test's captured stderr tagged `[tag]`, and the port it prints in
+/// `listening on` arrives on the returned channel.
+pub fn spawn_sluice(data_dir: &Path, args: &[String], tag: String) -> (Child, mpsc::Receiver<u16>) {
+    let bin = binary_path();
+    let data_dir = data_dir.to_str().expect("utf-8 data directory path");
+    let mut child = Command::new(&bin)
+        .args(["serve", "--data-dir", data_dir, "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+    let (port_tx, port_rx) = mpsc::channel();
+    let stdout = child.stdout.take().expect("piped stdout");
+    let stderr = child.stderr.take().expect("piped stderr");
+    forward_output(stdout, tag.clone(), Some(port_tx));
+    forward_output(stderr, tag, None);
+    (child, port_rx)
+}
+
 /// Copies a child's output line by line into the test's captured stderr.
 /// The first `listening on` line's port is sent on `port_tx`.
-pub fn forward_output(
+fn forward_output(
     stream: impl Read + Send + 'static,
     tag: String,
     mut port_tx: Option<mpsc::Sender<u16>>,

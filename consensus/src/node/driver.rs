@@ -370,44 +370,35 @@ impl<SM: StateMachine> Driver<SM> {
             }
             return;
         }
-        match w.payload.as_ref() {
+        // What goes to the leader: a command or a membership change (encoded); a read is
+        // forwarded by raft-rs itself.
+        let forward = match w.payload.as_ref() {
+            None => return,
             Some(Payload::Read) => {
-                // raft-rs forwards the read to the leader itself.
                 w.payload = None;
-                w.state = State::Sent;
-                w.deadline = self.ticks + self.config.commit_wait_ticks;
                 self.raw.read_index(tag.to_be_bytes().to_vec());
+                None
             }
-            Some(Payload::Command(c)) => {
-                let fwd = Forward {
-                    tag,
-                    command: c.clone(),
-                    conf_change: false,
-                };
-                w.state = State::Sent;
-                w.deadline = self.ticks + self.config.commit_wait_ticks;
-                self.send_envelope(leader, Body::Forward(fwd), false);
-            }
-            Some(Payload::Conf(cc)) => {
-                let command = match cc.write_to_bytes() {
-                    Ok(b) => b,
-                    Err(e) => {
-                        if let Some(w) = self.waiters.remove(&tag) {
-                            w.reply.fail(ProposeError::Dropped(e.to_string()));
-                        }
-                        return;
+            Some(Payload::Command(c)) => Some((c.clone(), false)),
+            Some(Payload::Conf(cc)) => match cc.write_to_bytes() {
+                Ok(b) => Some((b, true)),
+                Err(e) => {
+                    if let Some(w) = self.waiters.remove(&tag) {
+                        w.reply.fail(ProposeError::Dropped(e.to_string()));
                     }
-                };
-                w.state = State::Sent;
-                w.deadline = self.ticks + self.config.commit_wait_ticks;
-                let fwd = Forward {
-                    tag,
-                    command,
-                    conf_change: true,
-                };
-                self.send_envelope(leader, Body::Forward(fwd), false);
-            }
-            None => {}
+                    return;
+                }
+            },
+        };
+        w.state = State::Sent;
+        w.deadline = self.ticks + self.config.commit_wait_ticks;
+        if let Some((command, conf_change)) = forward {
+            let fwd = Forward {
+                tag,
+                command,
+                conf_change,
+            };
+            self.send_envelope(leader, Body::Forward(fwd), false);
         }
     }
 

@@ -304,6 +304,21 @@ impl TableStore {
                 let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&name);
                 txn.delete_table(def).map_err(storage_err)?;
             }
+        }
+        let mut live = self.commit_with_record(txn, record)?;
+        live.index = live.index.max(index);
+        Ok(())
+    }
+
+    /// Stores `record` as the checkpoint record in `txn`, commits it (durably), and makes the
+    /// live view read the new file with an empty delta. Returns the live view, still locked,
+    /// for the caller to set its index.
+    fn commit_with_record(
+        &self,
+        txn: redb::WriteTransaction,
+        record: &[u8],
+    ) -> Result<parking_lot::RwLockWriteGuard<'_, Snapshot>> {
+        {
             let mut meta = txn.open_table(META).map_err(storage_err)?;
             meta.insert(CHECKPOINT_KEY, record).map_err(storage_err)?;
         }
@@ -312,10 +327,9 @@ impl TableStore {
         let mut live = self.live.write();
         live.delta = OrdMap::new();
         live.base = Arc::new(base);
-        live.index = live.index.max(index);
         self.delta_bytes
             .store(0, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
+        Ok(live)
     }
 }
 
@@ -323,18 +337,6 @@ impl TableStore {
 pub type RawTable = (String, Vec<(Vec<u8>, Vec<u8>)>);
 
 impl TableStore {
-    /// The checkpoint record stored by the last checkpoint.
-    pub fn record(&self) -> Result<Vec<u8>> {
-        let txn = self.db.begin_read().map_err(storage_err)?;
-        let t = txn.open_table(META).map_err(storage_err)?;
-        let record = t
-            .get(CHECKPOINT_KEY)
-            .map_err(storage_err)?
-            .map(|g| g.value().to_vec())
-            .ok_or_else(|| Error::internal("no checkpoint record"))?;
-        Ok(record)
-    }
-
     /// Every table as of the last checkpoint, raw. Call right after a checkpoint (the delta is
     /// then empty) to get the whole state.
     pub fn dump(&self) -> Result<Vec<RawTable>> {
@@ -386,18 +388,10 @@ impl TableStore {
                     t.insert(k.as_slice(), v.as_slice()).map_err(storage_err)?;
                 }
             }
-            let mut meta = txn.open_table(META).map_err(storage_err)?;
-            meta.insert(CHECKPOINT_KEY, record).map_err(storage_err)?;
         }
-        txn.commit().map_err(storage_err)?;
-        let base = self.db.begin_read().map_err(storage_err)?;
-        let mut live = self.live.write();
-        live.delta = OrdMap::new();
-        live.base = Arc::new(base);
+        let mut live = self.commit_with_record(txn, record)?;
         live.index = index;
         live.versions = versions.into_iter().collect();
-        self.delta_bytes
-            .store(0, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 }
