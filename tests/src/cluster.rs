@@ -105,11 +105,13 @@ pub struct Node {
 }
 
 pub struct Cluster {
-    _root: TempDir,
     pub nodes: BTreeMap<u64, Node>,
     links: BTreeMap<(u64, u64), Link>,
     link_ports: BTreeMap<(u64, u64), u16>,
     extra: Vec<String>,
+    /// Declared last: fields drop in order, so the nodes are killed before their data
+    /// directories go.
+    _root: TempDir,
 }
 
 impl Cluster {

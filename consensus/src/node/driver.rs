@@ -449,6 +449,11 @@ impl<SM: StateMachine> Driver<SM> {
             }
             Payload::Command(c) => self.raw.propose(ctx, c.clone()),
             Payload::Conf(cc) => {
+                if self.raw.raft.has_pending_conf() {
+                    // raft-rs would turn a second change into an empty entry: wait (parked,
+                    // retried on the next tick) until the previous one is applied.
+                    return Err((payload, "a membership change is still being applied".into()));
+                }
                 if let Some(target) = self.removes_self(cc) {
                     // A leader does not remove itself: hand leadership to the most
                     // up-to-date other voter first; the request is retried at the new leader.

@@ -488,3 +488,33 @@ fn read_index_on_a_follower_waits_for_the_leaders_commit() {
 fn membership(m: Membership) -> raft::eraftpb::ConfChangeV2 {
     super::membership_change(m)
 }
+
+#[test]
+fn back_to_back_membership_changes_both_apply() {
+    let mut sim = Sim::new(3, 1000);
+    let leader = sim.elect();
+    sim.add(4, &[]);
+    sim.add(5, &[]);
+    // The second change arrives while the first is still unapplied: it waits its turn
+    // instead of being replaced by an empty entry.
+    let (reply, mut first) = oneshot::channel();
+    sim.driver(leader).request(Request::ChangeMembership {
+        change: membership(Membership::Add(4, "node4".into())),
+        reply,
+    });
+    let (reply, mut second) = oneshot::channel();
+    sim.driver(leader).request(Request::ChangeMembership {
+        change: membership(Membership::Add(5, "node5".into())),
+        reply,
+    });
+    sim.driver(leader).step();
+    sim.rounds(40);
+    assert!(matches!(first.try_recv(), Ok(Ok(()))));
+    assert!(
+        matches!(second.try_recv(), Ok(Ok(()))),
+        "the second change was lost"
+    );
+    sim.propose(5, "after");
+    sim.settle();
+    sim.check(&[1, 2, 3, 4, 5]);
+}
