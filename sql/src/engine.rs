@@ -88,6 +88,10 @@ pub struct Engine {
     /// Hidden row ids of tables without a primary key: node id in the high
     /// bits, so ids from different nodes never meet.
     row_ids: std::sync::atomic::AtomicU64,
+    /// Held by a statement outside a block while it retries after losing
+    /// a serialization race, so this node's retriers go one at a time and
+    /// each meets only first attempts (the way a row lock queues writers).
+    pub(crate) retry_lane: tokio::sync::Mutex<()>,
 }
 
 impl Engine {
@@ -119,6 +123,7 @@ impl Engine {
             system: crate::system::SystemCatalog::new()?,
             tables,
             row_ids: std::sync::atomic::AtomicU64::new(node_id << 48),
+            retry_lane: tokio::sync::Mutex::new(()),
         }))
     }
 

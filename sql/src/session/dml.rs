@@ -32,8 +32,9 @@ use crate::insert;
 use crate::statement::{self, sqlparser, Parsed};
 use crate::table::{write_kind, Table, KEY_COLUMN};
 
-/// Retries of a statement outside a block that lost a serialization race.
-pub(super) const AUTOCOMMIT_RETRIES: usize = 32;
+/// How long a statement outside a block keeps retrying after it lost a
+/// serialization race before it reports 40001.
+const AUTOCOMMIT_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 
 const ROW_NUMBER: &str = "sluice$n";
 
@@ -53,9 +54,13 @@ impl Session {
     }
 
     /// Run a table DML statement; outside a block, retry it when its
-    /// commit loses a serialization race.
+    /// commit loses a serialization race. Retries take the engine's retry
+    /// lane, so under contention every statement gets through in turn
+    /// (bounded by [`AUTOCOMMIT_RETRY_FOR`]).
     pub(super) async fn table_dml(&mut self, p: &Parsed, params: &[ScalarValue]) -> Result<Output> {
-        let mut attempt = 0;
+        let engine = self.engine.clone();
+        let mut lane = None;
+        let mut since = None;
         loop {
             let r = match p {
                 Parsed::Insert(ins) => self.table_insert(ins, params).await,
@@ -67,9 +72,14 @@ impl Session {
                 Err(e)
                     if e.code == sqlstate::SERIALIZATION_FAILURE
                         && matches!(self.txn, Txn::Idle)
-                        && attempt < AUTOCOMMIT_RETRIES =>
+                        && since.is_none_or(|t: std::time::Instant| {
+                            t.elapsed() < AUTOCOMMIT_RETRY_FOR
+                        }) =>
                 {
-                    attempt += 1;
+                    since.get_or_insert_with(std::time::Instant::now);
+                    if lane.is_none() {
+                        lane = Some(engine.retry_lane.lock().await);
+                    }
                     self.tables.reset();
                     tokio::task::yield_now().await;
                 }
