@@ -1,27 +1,40 @@
 #!/usr/bin/env bash
-# One command for the append benchmarks: builds release binaries, starts
-# Sluice and a local PostgreSQL (synchronous_commit=on, append-only table
-# with a bigserial key) on temporary directories, runs the same workloads
-# against both in one run, and writes bench/results/<date>.{json,md}.
+# One command for the benchmark suite: builds release binaries, starts
+# Sluice and a local PostgreSQL (synchronous_commit=on, append-only tables
+# with a bigserial key and the same columns) on temporary directories, runs
+# the same workloads against both in one run, measures the disk's own
+# limits (fdatasync latency, sequential write, `cat` of the segment files),
+# and writes bench/results/<stamp>.{jsonl,md}, two PNG plots, and a fresh
+# bench/README.md (bench/README.head.md + the results).
 #
-#   bash bench/run.sh            # full run
-#   bash bench/run.sh --quick    # shorter points (a few minutes)
+#   bash bench/run.sh            # full run (≥ 1 GiB scan, 5 M-row aggregate)
+#   bash bench/run.sh --quick    # smaller points, under 5 minutes after the build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
-secs=5; lat_secs=10
-[ $quick = 1 ] && { secs=2; lat_secs=4; }
+if [ $quick = 1 ]; then
+  secs=2; lat_secs=4; scan_rows=262144; agg_rows=1000000; seq_bytes=$((256 << 20))
+  sweep="1,4,16,64,128"
+else
+  secs=5; lat_secs=10; scan_rows=1100000; agg_rows=5000000; seq_bytes=$((1 << 30))
+  sweep="1,2,4,8,16,32,64,128"
+fi
 target=${CARGO_TARGET_DIR:-$root/target}
 cargo build --release -p sluice-server -p sluice-bench >&2
 sluice=$target/release/sluice
 bench=$target/release/sluice-bench
+
+# plotting: matplotlib in a venv beside the build
+venv=$target/bench-pyenv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check matplotlib >&2
+
 out=$root/bench/results
 mkdir -p "$out"
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
 json=$out/$stamp.jsonl
-md=$out/$stamp.md
 work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 chmod 755 "$work"
 cleanup() {
@@ -33,25 +46,27 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_sluice() { # args: extra flags; prints port
-  local dir=$work/sluice-$RANDOM
-  "$sluice" serve --data-dir "$dir" --listen 127.0.0.1:0 "$@" > "$dir.out" 2> "$dir.err" &
-  echo $! > "$dir.pid"
-  cp "$dir.pid" "$work/last.pid.txt"
+# start_sluice [flags...]: starts a Sluice on a new data directory; sets
+# $port, $sluice_dir and $sluice_pid
+start_sluice() {
+  sluice_dir=$work/sluice-$RANDOM
+  "$sluice" serve --data-dir "$sluice_dir" --listen 127.0.0.1:0 "$@" > "$sluice_dir.out" 2> "$sluice_dir.err" &
+  sluice_pid=$!
+  echo $sluice_pid > "$sluice_dir.pid"
   for _ in $(seq 1 100); do
-    if grep -q "listening on" "$dir.out" 2>/dev/null; then
-      grep -o "listening on .*" "$dir.out" | sed 's/.*://'
+    if grep -q "listening on" "$sluice_dir.out" 2>/dev/null; then
+      port=$(grep -o "listening on .*" "$sluice_dir.out" | sed 's/.*://')
       return
     fi
     sleep 0.1
   done
-  echo "sluice did not start" >&2; cat "$dir.err" >&2; exit 1
+  echo "sluice did not start" >&2; cat "$sluice_dir.err" >&2; exit 1
 }
 
-stop_last() {
-  local pid; pid=$(cat "$work/last.pid.txt")
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+stop_sluice() {
+  kill "$sluice_pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$sluice_pid" 2>/dev/null || break; sleep 0.1; done
+  rm -rf "$sluice_dir"
 }
 
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
@@ -59,69 +74,75 @@ pgport=$((20000 + RANDOM % 20000))
 pgdata=$work/pg/data
 if [ -x "$pgbin/initdb" ]; then
   mkdir -p "$pgdata"; chown -R postgres "$work/pg"
+  # PostgreSQL refuses to run as root: initdb and the server run as `postgres`
   su postgres -c "$pgbin/initdb -D $pgdata -A trust -U postgres" >/dev/null
-  su postgres -c "$pgbin/pg_ctl -D $pgdata -l $work/pg/log -w -o '-p $pgport -k /tmp -c listen_addresses=127.0.0.1 -c synchronous_commit=on -c fsync=on -c max_connections=300 -c shared_buffers=256MB' start" >/dev/null
-  pg_url="host=127.0.0.1 port=$pgport user=postgres dbname=postgres"
+  su postgres -c "$pgbin/pg_ctl -D $pgdata -l $work/pg/log -w -o '-p $pgport -k /tmp -c listen_addresses=127.0.0.1 -c synchronous_commit=on -c fsync=on -c max_connections=300 -c shared_buffers=256MB -c max_wal_size=4GB' start" >/dev/null
+  pg="host=127.0.0.1 port=$pgport user=postgres dbname=postgres"
 else
   echo "PostgreSQL not found: running Sluice only" >&2
-  pg_url=""
+  pg=""
 fi
 
 record() { grep '^JSON ' | sed 's/^JSON //' >> "$json"; }
-sweep="1,2,4,8,16,32,64,128"
-[ $quick = 1 ] && sweep="1,4,16,64,128"
+# both <mode> [args...]: the same workload against Sluice ($port) and PostgreSQL
+both() {
+  local mode=$1; shift
+  "$bench" "$mode" --url "host=127.0.0.1 port=$port user=sluice" --target sluice --label sluice "$@" | record
+  if [ -n "$pg" ]; then
+    "$bench" "$mode" --url "$pg" --target postgres --label postgres "$@" | record
+  fi
+}
 
-{
-  echo "# Sluice vs PostgreSQL — append benchmarks ($stamp)"
-  echo
-  echo "Machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM, $(uname -sr). Disk of $work: $(df -h "$work" | tail -1 | awk '{print $1}')."
-  echo
-  echo "## Group commit with a slow log disk (each fsync +2 ms), single-row INSERT, 256 B"
-  echo
-} > "$md"
+printf '{"workload":"machine","date":"%s","cores":%s,"ram_gib":%s,"kernel":"%s","disk":"%s","quick":%s}\n' \
+  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(nproc)" "$(free -g | awk '/Mem:/ {print $2}')" "$(uname -sr)" \
+  "$(df -h "$work" | tail -1 | awk '{print $1}')" "$([ $quick = 1 ] && echo true || echo false)" >> "$json"
 
-port=$(start_sluice --test-fsync-delay-ms 2)
+echo "== disk: fdatasync latency and sequential write" >&2
+"$bench" disk --dir "$work/disk" --count 2000 --seq-bytes "$seq_bytes" | record
+
+echo "== group commit with a slow log disk (each fsync +2 ms)" >&2
+start_sluice --test-fsync-delay-ms 2
 "$bench" sweep --url "host=127.0.0.1 port=$port user=sluice" --target sluice --size 256 --label fsync+2ms \
-  --connections "1,8,64" --seconds "$secs" | tee -a "$md" | record
-stop_last
+  --connections "1,8,64" --seconds "$secs" | record
+stop_sluice
 
-{
-  echo
-  echo "## Single-row INSERT throughput by connections, 1 KiB rows (closed loop, acknowledged rows)"
-  echo
-} >> "$md"
-port=$(start_sluice)
-"$bench" sweep --url "host=127.0.0.1 port=$port user=sluice" --target sluice --size 1024 --label sluice \
-  --connections "$sweep" --seconds "$secs" | tee -a "$md" | record
-if [ -n "$pg_url" ]; then
-  "$bench" sweep --url "$pg_url" --target postgres --size 1024 --label postgres \
-    --connections "$sweep" --seconds "$secs" | tee -a "$md" | record
-fi
-
-{
-  echo
-  echo "## Append latency, open loop 3,000 rows/s, 1 KiB, 8 connections (coordinated-omission corrected)"
-  echo
-} >> "$md"
-"$bench" latency --url "host=127.0.0.1 port=$port user=sluice" --target sluice --size 1024 --label sluice \
-  --connections 8 --rate 3000 --seconds "$lat_secs" | tee -a "$md" | record
-if [ -n "$pg_url" ]; then
-  "$bench" latency --url "$pg_url" --target postgres --size 1024 --label postgres \
-    --connections 8 --rate 3000 --seconds "$lat_secs" | tee -a "$md" | record
-fi
-{
-  echo
-  echo "## Tail latency: commit acknowledged → row received by a COPY tail, 1 KiB at 3,000 rows/s"
-  echo
-} >> "$md"
-"$bench" tail-latency --url "host=127.0.0.1 port=$port user=sluice" --rate 3000 --seconds "$lat_secs" | tee -a "$md" | record
-{
-  echo
-  echo "## A COPY tail that stops reading while 100,000 rows are appended (32 connections)"
-  echo
-} >> "$md"
+echo "== single-row INSERT sweep, append latency, tails" >&2
+start_sluice
+both sweep --size 1024 --connections "$sweep" --seconds "$secs"
+both latency --size 1024 --connections 8 --rate 3000 --seconds "$lat_secs"
+for tails in 1 4 16; do
+  "$bench" tail-latency --url "host=127.0.0.1 port=$port user=sluice" --rate 3000 --seconds "$lat_secs" --tails $tails | record
+done
 "$bench" stalled-tail --url "host=127.0.0.1 port=$port user=sluice" --rows 100000 --connections 32 \
-  --server-pid "$(cat "$work/last.pid.txt")" | tee -a "$md" | record
-stop_last
-echo >&2
-echo "results: $md and $json" >&2
+  --server-pid "$sluice_pid" | record
+stop_sluice
+
+echo "== bulk ingest and message sizes" >&2
+start_sluice --max-row-bytes $((4 << 20))
+both ingest --size 1024 --method insert --connections 4 --batch 100 --seconds "$secs"
+both ingest --size 1024 --method copy --connections 4 --batch 1000 --seconds "$secs"
+for size in 256 1024 5120 1048576; do
+  conns=16; [ $size -ge 1048576 ] && conns=4
+  "$bench" sweep --url "host=127.0.0.1 port=$port user=sluice" --target sluice --label size --size $size \
+    --connections $conns --seconds "$secs" | record
+  [ -n "$pg" ] && "$bench" sweep --url "$pg" --target postgres --label size --size $size \
+    --connections $conns --seconds "$secs" | record
+done
+stop_sluice
+
+echo "== history: scan of $scan_rows rows of 1 KiB, aggregate over $agg_rows rows" >&2
+start_sluice
+both load --table hist --size 1024 --rows "$scan_rows"
+both scan --table hist --runs 2
+# the physical limit of the scan: the segment files, read warm like the scan
+segs=$(find "$sluice_dir" -name '*.seg' | sort)
+seg_bytes=$(cat $segs | wc -c)
+t0=$(date +%s.%N); cat $segs > /dev/null; t1=$(date +%s.%N)
+awk -v b="$seg_bytes" -v a="$t0" -v z="$t1" -v n="$(echo "$segs" | wc -l)" \
+  'BEGIN { s = z - a; printf "{\"workload\":\"cat\",\"bytes\":%d,\"seconds\":%.4f,\"mib_per_sec\":%.1f,\"files\":%d}\n", b, s, b / 1048576 / s, n }' >> "$json"
+both load --table orders --size 16 --rows "$agg_rows"
+both aggregate --table orders --runs 3
+stop_sluice
+
+"$venv/bin/python" bench/report.py "$json" $([ $quick = 1 ] && echo --quick) >&2
+echo "results: ${json%.jsonl}.md, bench/README.md" >&2

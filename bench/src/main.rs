@@ -9,7 +9,13 @@
 //!   request queued behind them (coordinated omission corrected), recorded
 //!   in an HDR histogram and reported to 99.9999 and max.
 //!
-//! Results go to stdout as JSON (one object per run) and a markdown table.
+//! - `tail-latency`, `stalled-tail`: see [`tail`];
+//! - `ingest`, `load`, `scan`, `aggregate`: see [`bulk`];
+//! - `disk`: the disk's own limits, see [`disk`].
+//!
+//! Results go to stdout as `JSON {...}` lines, one object per measured
+//! point, each with a `workload` field; progress goes to stderr.
+//! `bench/report.py` turns a run's lines into tables, plots and the README.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,6 +26,8 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use tokio_postgres::{Client, NoTls};
 
+mod bulk;
+mod disk;
 mod tail;
 
 #[derive(Parser)]
@@ -34,28 +42,28 @@ struct Cli {
 
 #[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
-enum Target {
+pub(crate) enum Target {
     Sluice,
     Postgres,
 }
 
 #[derive(clap::Args, Clone)]
-struct Common {
+pub(crate) struct Common {
     /// Connection string, e.g. "host=127.0.0.1 port=5499 user=sluice"
     #[arg(long)]
-    url: String,
+    pub(crate) url: String,
     /// What the server is (decides the DDL used to set up the table)
     #[arg(long, value_enum)]
-    target: Target,
+    pub(crate) target: Target,
     /// Table / stream name to create and append to
     #[arg(long, default_value = "bench")]
-    table: String,
+    pub(crate) table: String,
     /// Payload size in bytes
     #[arg(long, default_value_t = 1024)]
-    size: usize,
+    pub(crate) size: usize,
     /// Label for the result rows
     #[arg(long, default_value = "")]
-    label: String,
+    pub(crate) label: String,
 }
 
 #[derive(Subcommand)]
@@ -93,6 +101,9 @@ enum Mode {
         seconds: f64,
         #[arg(long, default_value_t = 1024)]
         size: usize,
+        /// COPY tails following the stream at once (fan-out)
+        #[arg(long, default_value_t = 1)]
+        tails: usize,
     },
     /// Append throughput with and without a COPY tail that never reads (Sluice only)
     StalledTail {
@@ -106,10 +117,58 @@ enum Mode {
         #[arg(long)]
         server_pid: Option<u32>,
     },
+    /// Closed-loop batched ingest: multi-row INSERT or COPY FROM
+    Ingest {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, value_enum)]
+        method: bulk::Method,
+        #[arg(long, default_value_t = 4)]
+        connections: usize,
+        /// Rows per statement
+        #[arg(long, default_value_t = 100)]
+        batch: usize,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+    },
+    /// Create a history table (customer, amount, payload) holding exactly N rows
+    Load {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        rows: u64,
+        #[arg(long, default_value_t = 4)]
+        connections: usize,
+    },
+    /// The whole history table out through COPY TO STDOUT
+    Scan {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 2)]
+        runs: usize,
+    },
+    /// GROUP BY customer over the history table
+    Aggregate {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+    /// fdatasync latency and sequential write bandwidth of a directory's disk
+    Disk {
+        #[arg(long)]
+        dir: std::path::PathBuf,
+        #[arg(long, default_value_t = 2000)]
+        count: u64,
+        /// Bytes for the sequential write
+        #[arg(long, default_value_t = 1 << 30)]
+        seq_bytes: u64,
+    },
 }
 
 #[derive(Serialize)]
 struct SweepPoint {
+    workload: &'static str,
     label: String,
     target: Target,
     size: usize,
@@ -124,6 +183,7 @@ struct SweepPoint {
 
 #[derive(Serialize)]
 struct LatencyRun {
+    workload: &'static str,
     label: String,
     target: Target,
     size: usize,
@@ -146,7 +206,7 @@ pub(crate) async fn connect(url: &str) -> Result<Client, String> {
     Ok(client)
 }
 
-async fn setup(c: &Common) -> Result<(), String> {
+pub(crate) async fn setup(c: &Common) -> Result<(), String> {
     let client = connect(&c.url).await?;
     let ddl = match c.target {
         Target::Sluice => vec![
@@ -167,7 +227,7 @@ async fn setup(c: &Common) -> Result<(), String> {
     Ok(())
 }
 
-fn payload(size: usize) -> String {
+pub(crate) fn payload(size: usize) -> String {
     "x".repeat(size)
 }
 
@@ -239,6 +299,7 @@ async fn sweep(
             rows_per_sec
         );
         out.push(SweepPoint {
+            workload: "sweep",
             label: common.label.clone(),
             target: common.target,
             size: common.size,
@@ -302,6 +363,7 @@ async fn latency(
     }
     let qs = [50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999];
     Ok(LatencyRun {
+        workload: "latency",
         label: common.label.clone(),
         target: common.target,
         size: common.size,
@@ -318,98 +380,79 @@ async fn latency(
     })
 }
 
-#[tokio::main]
-async fn main() {
-    let cli = Cli::parse();
-    let result = match cli.mode {
-        Mode::TailLatency { url, rate, seconds, size } => tail::tail_latency(&url, rate, seconds, size).await.map(|r| {
-            let cols: Vec<String> = r.percentiles_us.iter().map(|(q, _)| q.clone()).collect();
-            println!("| tail latency | rate | {} | max |", cols.join(" | "));
-            println!("|---|---|{}---|", "---|".repeat(cols.len()));
-            let vals: Vec<String> = r.percentiles_us.iter().map(|(_, v)| format!("{:.2}ms", *v as f64 / 1000.0)).collect();
-            println!("| commit → tail | {}/s | {} | {:.2}ms |", r.rate, vals.join(" | "), r.max_us as f64 / 1000.0);
-            serde_json::to_string(&r).unwrap_or_default()
-        }),
-        Mode::StalledTail { url, rows, connections, server_pid } => {
-            tail::stalled_tail(&url, rows, connections, server_pid).await.map(|r| {
-                println!("| rows | connections | no tail rows/s | stalled tail rows/s | ratio | server RSS before → after |");
-                println!("|---|---|---|---|---|---|");
-                println!(
-                    "| {} | {} | {:.0} | {:.0} | {:.3} | {} → {} KiB |",
-                    r.rows,
-                    r.connections,
-                    r.baseline_rows_per_sec,
-                    r.stalled_rows_per_sec,
-                    r.ratio,
-                    r.rss_before_kib.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
-                    r.rss_after_kib.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
-                );
-                serde_json::to_string(&r).unwrap_or_default()
-            })
-        }
+fn json<T: Serialize>(value: &T) -> Result<Vec<String>, String> {
+    serde_json::to_string(value)
+        .map(|j| vec![j])
+        .map_err(|e| e.to_string())
+}
+
+async fn run(mode: Mode) -> Result<Vec<String>, String> {
+    match mode {
+        Mode::TailLatency {
+            url,
+            rate,
+            seconds,
+            size,
+            tails,
+        } => json(&tail::tail_latency(&url, rate, seconds, size, tails).await?),
+        Mode::StalledTail {
+            url,
+            rows,
+            connections,
+            server_pid,
+        } => json(&tail::stalled_tail(&url, rows, connections, server_pid).await?),
         Mode::Sweep {
             common,
             connections,
             seconds,
         } => {
-            let counts: Result<Vec<usize>, _> = connections
+            let counts = connections
                 .split(',')
                 .map(|c| c.trim().parse::<usize>())
-                .collect();
-            match counts {
-                Ok(counts) => sweep(common, counts, seconds).await.map(|points| {
-                    println!("| target | label | size | connections | rows/s | MiB/s | rows/fsync |");
-                    println!("|---|---|---|---|---|---|---|");
-                    for p in &points {
-                        println!(
-                            "| {:?} | {} | {} | {} | {:.0} | {:.1} | {} |",
-                            p.target,
-                            p.label,
-                            p.size,
-                            p.connections,
-                            p.rows_per_sec,
-                            p.mib_per_sec,
-                            p.rows_per_fsync.map(|r| format!("{r:.1}")).unwrap_or_else(|| "-".into())
-                        );
-                    }
-                    serde_json::to_string(&points).unwrap_or_default()
-                }),
-                Err(e) => Err(format!("--connections: {e}")),
-            }
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("--connections: {e}"))?;
+            sweep(common, counts, seconds)
+                .await?
+                .iter()
+                .map(|p| serde_json::to_string(p).map_err(|e| e.to_string()))
+                .collect()
         }
         Mode::Latency {
             common,
             connections,
             rate,
             seconds,
-        } => latency(common, connections, rate, seconds)
-            .await
-            .map(|run| {
-                let cols: Vec<String> = run.percentiles_us.iter().map(|(q, _)| q.clone()).collect();
-                println!(
-                    "| target | label | size | rate | {} | max |",
-                    cols.join(" | ")
-                );
-                println!("|---|---|---|---|{}---|", "---|".repeat(cols.len()));
-                let vals: Vec<String> = run
-                    .percentiles_us
-                    .iter()
-                    .map(|(_, v)| format!("{:.2}ms", *v as f64 / 1000.0))
-                    .collect();
-                println!(
-                    "| {:?} | {} | {} | {}/s | {} | {:.2}ms |",
-                    run.target,
-                    run.label,
-                    run.size,
-                    run.rate,
-                    vals.join(" | "),
-                    run.max_us as f64 / 1000.0
-                );
-                serde_json::to_string(&run).unwrap_or_default()
-            }),
-    };
-    match result {
-        Ok(json) => println!("JSON {json}"),
+        } => json(&latency(common, connections, rate, seconds).await?),
+        Mode::Ingest {
+            common,
+            method,
+            connections,
+            batch,
+            seconds,
+        } => json(&bulk::ingest(common, method, connections, batch, seconds).await?),
+        Mode::Load {
+            common,
+            rows,
+            connections,
+        } => json(&bulk::load(common, rows, connections).await?),
+        Mode::Scan { common, runs } => json(&bulk::scan(common, runs).await?),
+        Mode::Aggregate { common, runs } => json(&bulk::aggregate(common, runs).await?),
+        Mode::Disk {
+            dir,
+            count,
+            seq_bytes,
+        } => json(&disk::probe(&dir, count, seq_bytes)?),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    match run(Cli::parse().mode).await {
+        Ok(lines) => {
+            for line in lines {
+                println!("JSON {line}");
+            }
+        }
         Err(e) => {
             eprintln!("sluice-bench: {e}");
             std::process::exit(1);

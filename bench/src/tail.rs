@@ -5,7 +5,8 @@
 //!   follows the stream; for each row, latency = time the tail received it
 //!   minus the time the writer got its acknowledgement (commit → received),
 //!   clamped at zero (the tail may see a row before the ack reaches the
-//!   writer).
+//!   writer). With `tails > 1`, that many COPY tails follow the stream at
+//!   once (fan-out) and every tail's every row is recorded.
 //! - `stalled_tail`: closed-loop inserts of N rows with no tail, then the
 //!   same with a COPY-out tail that never reads; reports both throughputs,
 //!   their ratio, and the server's resident memory (from /proc) before and
@@ -24,6 +25,10 @@ use crate::connect;
 
 #[derive(Serialize)]
 pub struct TailLatency {
+    pub workload: &'static str,
+    pub target: &'static str,
+    /// Concurrent COPY tails following the stream (fan-out).
+    pub tails: usize,
     pub rate: f64,
     pub seconds: f64,
     pub rows: u64,
@@ -33,6 +38,7 @@ pub struct TailLatency {
 
 #[derive(Serialize)]
 pub struct StalledTail {
+    pub workload: &'static str,
     pub rows: u64,
     pub connections: usize,
     pub baseline_rows_per_sec: f64,
@@ -56,34 +62,40 @@ pub async fn tail_latency(
     rate: f64,
     seconds: f64,
     size: usize,
+    tails: usize,
 ) -> Result<TailLatency, String> {
     setup(url, "tail_lat").await?;
     let total = (rate * seconds) as i64;
     let acks: Arc<Mutex<HashMap<i64, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
-    let tail_client = connect(url).await?;
-    let copy = tail_client
-        .copy_out("COPY (SELECT seq FROM tail_lat WHERE offset >= 0) TO STDOUT")
-        .await
-        .map_err(|e| e.to_string())?;
-    let reader = tokio::spawn(async move {
-        let mut copy = Box::pin(copy);
-        let mut received: Vec<(i64, Instant)> = Vec::with_capacity(total as usize);
-        let deadline = Instant::now() + Duration::from_secs_f64(seconds + 30.0);
-        while (received.len() as i64) < total && Instant::now() < deadline {
-            match tokio::time::timeout(Duration::from_secs(5), copy.next()).await {
-                Ok(Some(Ok(chunk))) => {
-                    let now = Instant::now();
-                    for line in String::from_utf8_lossy(&chunk).lines() {
-                        if let Ok(seq) = line.trim().parse::<i64>() {
-                            received.push((seq, now));
+    let mut readers = Vec::with_capacity(tails);
+    for _ in 0..tails {
+        let tail_client = connect(url).await?;
+        let copy = tail_client
+            .copy_out("COPY (SELECT seq FROM tail_lat WHERE offset >= 0) TO STDOUT")
+            .await
+            .map_err(|e| e.to_string())?;
+        readers.push(tokio::spawn(async move {
+            // the client must outlive its COPY
+            let _client = tail_client;
+            let mut copy = Box::pin(copy);
+            let mut received: Vec<(i64, Instant)> = Vec::with_capacity(total as usize);
+            let deadline = Instant::now() + Duration::from_secs_f64(seconds + 30.0);
+            while (received.len() as i64) < total && Instant::now() < deadline {
+                match tokio::time::timeout(Duration::from_secs(5), copy.next()).await {
+                    Ok(Some(Ok(chunk))) => {
+                        let now = Instant::now();
+                        for line in String::from_utf8_lossy(&chunk).lines() {
+                            if let Ok(seq) = line.trim().parse::<i64>() {
+                                received.push((seq, now));
+                            }
                         }
                     }
+                    _ => break,
                 }
-                _ => break,
             }
-        }
-        received
-    });
+            received
+        }));
+    }
     let writers = 4usize;
     let interval = Duration::from_secs_f64(writers as f64 / rate);
     let start = Instant::now() + Duration::from_millis(200);
@@ -119,25 +131,31 @@ pub async fn tail_latency(
     for t in tasks {
         t.await.map_err(|e| e.to_string())??;
     }
-    let received = reader.await.map_err(|e| e.to_string())?;
-    let acks = acks.lock();
     let mut hist =
         Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(|e| e.to_string())?;
-    for (seq, at) in &received {
-        if let Some(ack) = acks.get(seq) {
-            let us = at.saturating_duration_since(*ack).as_micros().max(1) as u64;
-            hist.saturating_record(us);
+    for reader in readers {
+        let received = reader.await.map_err(|e| e.to_string())?;
+        let acks = acks.lock();
+        let before = hist.len();
+        for (seq, at) in &received {
+            if let Some(ack) = acks.get(seq) {
+                let us = at.saturating_duration_since(*ack).as_micros().max(1) as u64;
+                hist.saturating_record(us);
+            }
         }
-    }
-    if hist.len() < total as u64 {
-        return Err(format!(
-            "the tail received {} of {} rows",
-            hist.len(),
-            total
-        ));
+        if hist.len() - before < total as u64 {
+            return Err(format!(
+                "a tail received {} of {} rows",
+                hist.len() - before,
+                total
+            ));
+        }
     }
     let qs = [50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999];
     Ok(TailLatency {
+        workload: "tail_latency",
+        target: "sluice",
+        tails,
         rate,
         seconds,
         rows: hist.len(),
@@ -209,6 +227,7 @@ pub async fn stalled_tail(
     let rss_after = rss_kib(server_pid);
     drop(copy);
     Ok(StalledTail {
+        workload: "stalled_tail",
         rows,
         connections,
         baseline_rows_per_sec: baseline,

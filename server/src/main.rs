@@ -7,13 +7,6 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
-mod config;
-mod connection;
-mod copy_out;
-mod encode;
-mod handler;
-mod params;
-
 use std::io::Write;
 use std::time::Duration;
 
@@ -23,8 +16,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, ServeArgs};
-use crate::handler::Backend;
+use sluice_server::config::{Config, ServeArgs};
+use sluice_server::connection;
+use sluice_server::handler::Backend;
 
 #[derive(Parser)]
 #[command(
