@@ -12,6 +12,8 @@ use sluice_sql::statement::CopyFormat;
 use crate::encode::{column_encoding, encode_binary, encode_text, ColumnEncoding, OutputContext};
 
 pub const BINARY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0";
+/// Upper bound of the buffer reserved up front for one batch's rows.
+const MAX_BATCH_PREALLOC: usize = 16 << 20;
 
 pub struct CopyEncoder {
     format: CopyFormat,
@@ -69,11 +71,14 @@ impl CopyEncoder {
         }
     }
 
+    /// One buffer per row, all split off one allocation for the batch.
     pub fn encode_rows(&self, batch: &RecordBatch) -> Result<Vec<BytesMut>, String> {
-        let mut rows = Vec::with_capacity(batch.num_rows());
+        let n = batch.num_rows();
+        let mut rows = Vec::with_capacity(n);
+        let estimate = batch.get_array_memory_size().min(MAX_BATCH_PREALLOC) + 16 * n;
+        let mut out = BytesMut::with_capacity(estimate);
         let mut field = BytesMut::new();
-        for r in 0..batch.num_rows() {
-            let mut out = BytesMut::with_capacity(64);
+        for r in 0..n {
             if matches!(self.format, CopyFormat::Binary) {
                 out.put_i16(batch.num_columns() as i16);
             }
@@ -101,14 +106,14 @@ impl CopyEncoder {
                         null: null_text,
                     } => {
                         if c > 0 {
-                            out.put_slice(delimiter.to_string().as_bytes());
+                            put_char(&mut out, *delimiter);
                         }
                         if null {
                             out.put_slice(null_text.as_bytes());
                             continue;
                         }
-                        let text = self.text(col.as_ref(), r, enc, &mut field)?;
-                        escape_text(&text, *delimiter, &mut out);
+                        self.text_into(col.as_ref(), r, enc, &mut field)?;
+                        escape_text(&field, *delimiter, &mut out);
                     }
                     CopyFormat::Csv {
                         delimiter,
@@ -117,15 +122,16 @@ impl CopyEncoder {
                         ..
                     } => {
                         if c > 0 {
-                            out.put_slice(delimiter.to_string().as_bytes());
+                            put_char(&mut out, *delimiter);
                         }
                         if null {
                             out.put_slice(null_text.as_bytes());
                             continue;
                         }
-                        let text = self.text(col.as_ref(), r, enc, &mut field)?;
+                        self.text_into(col.as_ref(), r, enc, &mut field)?;
+                        let text = std::str::from_utf8(&field).map_err(|e| e.to_string())?;
                         out.put_slice(
-                            csv_quote(&text, *delimiter, *quote, null_text, true).as_bytes(),
+                            csv_quote(text, *delimiter, *quote, null_text, true).as_bytes(),
                         );
                     }
                 }
@@ -133,24 +139,27 @@ impl CopyEncoder {
             if !matches!(self.format, CopyFormat::Binary) {
                 out.put_u8(b'\n');
             }
-            rows.push(out);
+            rows.push(out.split());
         }
         Ok(rows)
     }
 
-    fn text(
+    /// A value's text form (before the format's escaping) into `buf`.
+    fn text_into(
         &self,
         col: &dyn arrow::array::Array,
         r: usize,
         enc: &ColumnEncoding,
         buf: &mut BytesMut,
-    ) -> Result<String, String> {
+    ) -> Result<(), String> {
         buf.clear();
         match &enc.ty {
-            Some(ty) => encode_text(col, r, ty, enc.trim_numeric, &self.ctx, buf)?,
-            None => return fallback_text(col, r),
+            Some(ty) => encode_text(col, r, ty, enc.trim_numeric, &self.ctx, buf),
+            None => {
+                buf.put_slice(fallback_text(col, r)?.as_bytes());
+                Ok(())
+            }
         }
-        String::from_utf8(buf.to_vec()).map_err(|e| e.to_string())
     }
 }
 
@@ -166,25 +175,56 @@ fn fallback_text(col: &dyn arrow::array::Array, r: usize) -> Result<String, Stri
     Ok(f.value(r).to_string())
 }
 
-/// COPY text escaping: backslash, newline, carriage return, tab, delimiter.
-fn escape_text(s: &str, delimiter: char, out: &mut BytesMut) {
-    for ch in s.chars() {
-        match ch {
-            '\\' => out.put_slice(b"\\\\"),
-            '\n' => out.put_slice(b"\\n"),
-            '\r' => out.put_slice(b"\\r"),
-            '\t' if delimiter == '\t' => out.put_slice(b"\\t"),
-            c if c == delimiter => {
-                out.put_u8(b'\\');
-                let mut tmp = [0u8; 4];
-                out.put_slice(c.encode_utf8(&mut tmp).as_bytes());
-            }
-            c => {
-                let mut tmp = [0u8; 4];
-                out.put_slice(c.encode_utf8(&mut tmp).as_bytes());
-            }
-        }
+fn put_char(out: &mut BytesMut, c: char) {
+    let mut tmp = [0u8; 4];
+    out.put_slice(c.encode_utf8(&mut tmp).as_bytes());
+}
+
+/// COPY text escaping as PostgreSQL does it: backslash, the delimiter and
+/// the control characters with a backslash letter (`\b \f \n \r \t \v`).
+/// Runs of bytes that need none are copied whole.
+fn escape_text(text: &[u8], delimiter: char, out: &mut BytesMut) {
+    let mut tmp = [0u8; 4];
+    let delim = delimiter.encode_utf8(&mut tmp).as_bytes();
+    // a branch-free pass (vectorized) first: most values need no escaping
+    let lead = delim[0];
+    let special = text.iter().fold(false, |acc, &b| {
+        acc | (b == b'\\') | (b.wrapping_sub(0x08) < 6) | (b == lead)
+    });
+    if !special {
+        out.put_slice(text);
+        return;
     }
+    let mut run = 0;
+    let mut i = 0;
+    while i < text.len() {
+        let letter = match text[i] {
+            b'\\' => b'\\',
+            0x08 => b'b',
+            0x0c => b'f',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x0b => b'v',
+            _ if text[i..].starts_with(delim) => {
+                out.put_slice(&text[run..i]);
+                out.put_u8(b'\\');
+                out.put_slice(delim);
+                i += delim.len();
+                run = i;
+                continue;
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        out.put_slice(&text[run..i]);
+        out.put_slice(&[b'\\', letter]);
+        i += 1;
+        run = i;
+    }
+    out.put_slice(&text[run..]);
 }
 
 /// CSV quoting: quote when the value holds the delimiter, quote, CR/LF, or
@@ -243,6 +283,16 @@ mod tests {
             null: "\\N".into(),
         });
         assert_eq!(rows, vec!["1\ta\\tb,\"c\"\\n\n", "\\N\t\n"]);
+    }
+
+    #[test]
+    fn text_escapes_like_postgres() {
+        let mut out = BytesMut::new();
+        escape_text(b"a|b\\c\x08\x0c\x0b\td\x01\r\n", '|', &mut out);
+        assert_eq!(&out[..], b"a\\|b\\\\c\\b\\f\\v\\td\x01\\r\\n");
+        out.clear();
+        escape_text("plain ünïcode".as_bytes(), '\t', &mut out);
+        assert_eq!(&out[..], "plain ünïcode".as_bytes());
     }
 
     #[test]

@@ -418,9 +418,12 @@ pub fn encode_text(
             })
         }
         ColumnType::Int2 | ColumnType::Int4 | ColumnType::Int8 => {
-            write!(s, "{}", int_value(col, r).ok_or_else(|| mismatch(ty, col))?)
-                .map_err(|e| e.to_string())?;
-            out.put_slice(s.as_bytes());
+            write!(
+                out,
+                "{}",
+                int_value(col, r).ok_or_else(|| mismatch(ty, col))?
+            )
+            .map_err(|e| e.to_string())?;
         }
         ColumnType::Float4 | ColumnType::Float8 => {
             let v = float_value(col, r).ok_or_else(|| mismatch(ty, col))?;
@@ -454,7 +457,11 @@ pub fn encode_text(
         }
         ColumnType::Timestamptz => {
             let m = micros_value(col, r).ok_or_else(|| mismatch(ty, col))?;
-            out.put_slice(format_timestamptz(m, ctx).as_bytes());
+            match ctx.tz {
+                // the common case, without intermediate strings
+                None if put_timestamp_utc(m, out) => out.put_slice(b"+00"),
+                _ => out.put_slice(format_timestamptz(m, ctx).as_bytes()),
+            }
         }
         ColumnType::Timestamp => {
             let m = micros_value(col, r).ok_or_else(|| mismatch(ty, col))?;
@@ -471,6 +478,51 @@ pub fn encode_text(
         }
     }
     Ok(())
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.ffffff]` (trailing zeros of the fraction trimmed)
+/// for years 1..=9999; false (nothing written) outside them.
+fn put_timestamp_utc(micros: i64, out: &mut BytesMut) -> bool {
+    use chrono::{Datelike, Timelike};
+    let Some(dt) = DateTime::from_timestamp_micros(micros) else {
+        return false;
+    };
+    let (date, time) = (dt.date_naive(), dt.time());
+    if !(1..=9999).contains(&date.year()) {
+        return false;
+    }
+    fn two(out: &mut BytesMut, v: u32) {
+        out.put_slice(&[b'0' + (v / 10) as u8, b'0' + (v % 10) as u8]);
+    }
+    let y = date.year() as u32;
+    two(out, y / 100);
+    two(out, y % 100);
+    out.put_u8(b'-');
+    two(out, date.month());
+    out.put_u8(b'-');
+    two(out, date.day());
+    out.put_u8(b' ');
+    two(out, time.hour());
+    out.put_u8(b':');
+    two(out, time.minute());
+    out.put_u8(b':');
+    two(out, time.second());
+    let mut frac = micros.rem_euclid(1_000_000) as u32;
+    if frac != 0 {
+        let mut digits = 6;
+        while frac.is_multiple_of(10) {
+            frac /= 10;
+            digits -= 1;
+        }
+        let mut buf = [0u8; 7];
+        buf[0] = b'.';
+        for d in (1..=digits).rev() {
+            buf[d] = b'0' + (frac % 10) as u8;
+            frac /= 10;
+        }
+        out.put_slice(&buf[..=digits]);
+    }
+    true
 }
 
 fn format_naive(dt: chrono::NaiveDateTime) -> String {
@@ -711,6 +763,33 @@ mod tests {
         assert_eq!(format_float(1e21, false), "1e+21");
         assert_eq!(format_float(0.000015, false), "1.5e-05");
         assert_eq!(format_float(f64::NAN, false), "NaN");
+    }
+
+    #[test]
+    fn utc_fast_path_matches_the_formatter() {
+        let ctx = OutputContext::new("UTC");
+        for m in [
+            0,
+            1,
+            -1,
+            1_704_164_645_500_000,
+            1_704_164_645_000_010,
+            -62_135_596_800_000_000, // 0001-01-01
+            253_402_300_799_999_999, // 9999-12-31 23:59:59.999999
+            -2_208_988_800_123_456,
+        ] {
+            let mut out = BytesMut::new();
+            assert!(put_timestamp_utc(m, &mut out), "{m}");
+            out.put_slice(b"+00");
+            assert_eq!(
+                std::str::from_utf8(&out).unwrap(),
+                format_timestamptz(m, &ctx)
+            );
+        }
+        assert!(!put_timestamp_utc(
+            253_402_300_800_000_000,
+            &mut BytesMut::new()
+        ));
     }
 
     #[test]
