@@ -12,6 +12,14 @@
 //!   atomically (tmp file, fsync, rename, directory fsync). Entries at or below its index are
 //!   covered by the state machine's checkpoint and are never read again.
 //!
+//! Preallocation: a small append (a group commit) is written into space that already holds
+//! durable zeros, so its `fdatasync` flushes only data blocks — no size change, no journal
+//! commit. A helper thread keeps the active segment zero-filled [`ZERO_CHUNK`] ahead of the
+//! write position (never past the segment size); the writer waits for it only if it would
+//! write into the range being zeroed. Large appends (bulk loads) just extend the file, whose
+//! metadata flush is amortized over the batch. On replay, a zero-filled tail is the unused
+//! preallocation of the newest segment, not damage.
+//!
 //! Invariants: replay is "last write wins" per index — an entry at index `i` discards any
 //! entries at `>= i` before it (as Raft's own append does), so the log is always contiguous; the
 //! compaction point is durable before any segment it covers is deleted; a segment is deleted only
@@ -22,7 +30,9 @@ mod record;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 
 use protobuf::Message as _;
 use raft::eraftpb::{Entry, HardState, SnapshotMetadata};
@@ -33,6 +43,20 @@ use record::{Decoded, Kind};
 const META_FILE: &str = "wal.meta";
 const META_TMP: &str = "wal.meta.tmp";
 const SEGMENT_EXT: &str = "wal";
+/// How far ahead of the write position the active segment is zero-filled.
+const ZERO_CHUNK: u64 = 4 << 20;
+/// How far past the write position a fill starts when nothing is zeroed ahead yet.
+const ZERO_GAP: u64 = 256 << 10;
+/// Appends at least this large do not start zero-filling: they are bulk writes.
+const ZERO_AHEAD_MAX_APPEND: usize = 256 << 10;
+
+/// A helper thread zero-filling `[start, end)` of the active segment and fsyncing it.
+#[derive(Debug)]
+struct Zeroing {
+    start: u64,
+    end: u64,
+    handle: JoinHandle<std::io::Result<()>>,
+}
 
 /// What [`Wal::open`] found on disk.
 #[derive(Debug, Default)]
@@ -61,6 +85,9 @@ pub struct Wal {
     segments: Vec<Segment>,
     active: File,
     active_len: u64,
+    /// `[0, zeroed)` of the active segment exists on disk (records, then durable zeros).
+    zeroed: u64,
+    zeroing: Option<Zeroing>,
     hard_state: HardState,
     last_index: u64,
     meta: SnapshotMetadata,
@@ -121,19 +148,23 @@ impl Wal {
         }
         let last_index = entries.last().map_or(compacted, |e| e.index);
 
-        let (active, active_len) = match segments.last() {
+        let (active, active_len, zeroed) = match segments.last() {
             Some(seg) => {
                 let file = OpenOptions::new()
-                    .append(true)
+                    .write(true)
                     .open(&seg.path)
                     .ctx(|| format!("open {}", seg.path.display()))?;
-                (file, active_len)
+                let len = file
+                    .metadata()
+                    .ctx(|| format!("stat {}", seg.path.display()))?
+                    .len();
+                (file, active_len, len)
             }
             None => {
                 let seg = create_segment(dir, last_index + 1)?;
                 let file = seg.1;
                 segments.push(seg.0);
-                (file, 0)
+                (file, 0, 0)
             }
         };
         let mut wal = Wal {
@@ -142,6 +173,8 @@ impl Wal {
             segments,
             active,
             active_len,
+            zeroed,
+            zeroing: None,
             hard_state: hard_state.clone(),
             last_index,
             meta: meta.clone().unwrap_or_default(),
@@ -178,13 +211,24 @@ impl Wal {
         if let Some(hs) = hs {
             record::encode(&mut self.buf, Kind::HardState, hs)?;
         }
+        let written = self.buf.len() as u64;
+        if self
+            .zeroing
+            .as_ref()
+            .is_some_and(|z| self.active_len + written > z.start)
+        {
+            self.finish_zeroing()?;
+        }
         let path = &self.segments[self.segments.len() - 1].path;
         self.active
-            .write_all(&self.buf)
+            .write_all_at(&self.buf, self.active_len)
             .ctx(|| format!("write {}", path.display()))?;
         self.unsynced = true;
-        let written = self.buf.len() as u64;
         self.active_len += written;
+        self.zeroed = self.zeroed.max(self.active_len);
+        if self.buf.len() < ZERO_AHEAD_MAX_APPEND {
+            self.zero_ahead()?;
+        }
         if let Some(last) = entries.last() {
             self.last_index = last.index;
             if let Some(seg) = self.segments.last_mut() {
@@ -250,6 +294,7 @@ impl Wal {
     /// one holding `hs`, then records `meta`. A crash in between leaves a log that ends before
     /// the state machine's snapshot, which `LogStore::open` completes.
     pub fn reset(&mut self, meta: SnapshotMetadata, hs: &HardState) -> Result<()> {
+        self.finish_zeroing()?;
         for seg in self.segments.drain(..) {
             fs::remove_file(&seg.path).ctx(|| format!("remove {}", seg.path.display()))?;
         }
@@ -257,6 +302,7 @@ impl Wal {
         self.segments.push(seg);
         self.active = file;
         self.active_len = 0;
+        self.zeroed = 0;
         self.last_index = meta.index;
         self.unsynced = false;
         self.append(&[], Some(hs))?;
@@ -272,13 +318,86 @@ impl Wal {
     /// Seals the current segment (fsync) and starts a new one, whose first record — placed in
     /// `self.buf` ahead of the batch being written — is the current HardState.
     fn roll(&mut self, first: u64) -> Result<()> {
+        self.finish_zeroing()?;
+        if self.zeroed > self.active_len {
+            // Preallocated zeros past the last record (possible when the segment size setting
+            // shrank across a restart): a sealed segment ends exactly at its last record.
+            let path = &self.segments[self.segments.len() - 1].path;
+            self.active
+                .set_len(self.active_len)
+                .ctx(|| format!("truncate {}", path.display()))?;
+            self.unsynced = true;
+        }
         self.sync()?;
         let prev = self.segments.last().map_or(0, |s| s.first_index);
         let (seg, file) = create_segment(&self.dir, first.max(prev + 1))?;
         self.segments.push(seg);
         self.active = file;
         self.active_len = 0;
+        self.zeroed = 0;
         record::encode(&mut self.buf, Kind::HardState, &self.hard_state)
+    }
+
+    /// Starts zero-filling the next [`ZERO_CHUNK`] of the active segment if the write position
+    /// is within half a chunk of the zeroed end and the segment is not yet full size. With
+    /// nothing zeroed ahead (a new segment), the fill starts [`ZERO_GAP`] ahead so the next
+    /// appends need not wait for it.
+    fn zero_ahead(&mut self) -> Result<()> {
+        if self.zeroing.is_some() || self.zeroed - self.active_len >= ZERO_CHUNK / 2 {
+            return Ok(());
+        }
+        let start = if self.zeroed == self.active_len {
+            self.active_len + ZERO_GAP
+        } else {
+            self.zeroed
+        };
+        let end = (start + ZERO_CHUNK).min(self.segment_bytes);
+        if end <= start {
+            return Ok(());
+        }
+        let path = &self.segments[self.segments.len() - 1].path;
+        let file = self
+            .active
+            .try_clone()
+            .ctx(|| format!("reopen {}", path.display()))?;
+        let handle = std::thread::Builder::new()
+            .name("sluice-wal-zero".into())
+            .spawn(move || {
+                let zeros = vec![0u8; (end - start).min(1 << 20) as usize];
+                let mut at = start;
+                while at < end {
+                    let n = (end - at).min(zeros.len() as u64) as usize;
+                    file.write_all_at(&zeros[..n], at)?;
+                    at += n as u64;
+                }
+                file.sync_data()
+            })
+            .ctx(|| "start the WAL zero-fill thread".to_string())?;
+        self.zeroing = Some(Zeroing { start, end, handle });
+        Ok(())
+    }
+
+    /// Waits for the zero-fill in progress, if any.
+    fn finish_zeroing(&mut self) -> Result<()> {
+        let Some(z) = self.zeroing.take() else {
+            return Ok(());
+        };
+        let path = &self.segments[self.segments.len() - 1].path;
+        let what = || format!("zero-fill {}", path.display());
+        match z.handle.join() {
+            Ok(result) => result.ctx(what)?,
+            Err(_) => return Err(Error::io(what(), std::io::Error::other("thread panicked"))),
+        }
+        self.zeroed = self.zeroed.max(z.end);
+        Ok(())
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        if let Some(z) = self.zeroing.take() {
+            let _ = z.handle.join();
+        }
     }
 }
 
@@ -323,27 +442,24 @@ impl Replay {
                     }
                     pos += size;
                 }
+                // The newest segment's unused preallocation.
+                _ if is_last && data[pos..].iter().all(|b| *b == 0) => break,
+                // A crash mid-append: the file ends inside the record, or the record was only
+                // partly written into preallocated zeros (nothing but zeros after it).
                 Decoded::Torn if is_last => {
-                    tracing::warn!(
-                        file = %path.display(),
-                        offset = pos,
-                        dropped_bytes = data.len() - pos,
-                        "truncating torn record at the end of the Raft log"
-                    );
-                    let file = OpenOptions::new()
-                        .write(true)
-                        .open(path)
-                        .ctx(|| format!("open {}", path.display()))?;
-                    file.set_len(pos as u64)
-                        .ctx(|| format!("truncate {}", path.display()))?;
-                    file.sync_all()
-                        .ctx(|| format!("fsync {}", path.display()))?;
+                    truncate_torn(path, pos, data.len())?;
+                    break;
+                }
+                Decoded::Corrupt { size, .. }
+                    if is_last && data[pos + size..].iter().all(|b| *b == 0) =>
+                {
+                    truncate_torn(path, pos, data.len())?;
                     break;
                 }
                 Decoded::Torn => {
                     return Err(corrupt(pos, "incomplete record in a sealed segment".into()))
                 }
-                Decoded::Corrupt(reason) => return Err(corrupt(pos, reason)),
+                Decoded::Corrupt { reason, .. } => return Err(corrupt(pos, reason)),
             }
         }
         Ok((max_index, pos as u64))
@@ -368,6 +484,23 @@ impl Replay {
     }
 }
 
+/// Cuts the newest segment at `pos`, where a crash interrupted an append.
+fn truncate_torn(path: &Path, pos: usize, len: usize) -> Result<()> {
+    tracing::warn!(
+        file = %path.display(),
+        offset = pos,
+        dropped_bytes = len - pos,
+        "truncating torn record at the end of the Raft log"
+    );
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .ctx(|| format!("open {}", path.display()))?;
+    file.set_len(pos as u64)
+        .ctx(|| format!("truncate {}", path.display()))?;
+    file.sync_all().ctx(|| format!("fsync {}", path.display()))
+}
+
 fn segment_path(dir: &Path, first_index: u64) -> PathBuf {
     dir.join(format!("{first_index:020}.{SEGMENT_EXT}"))
 }
@@ -376,7 +509,7 @@ fn create_segment(dir: &Path, first_index: u64) -> Result<(Segment, File)> {
     let path = segment_path(dir, first_index);
     let file = OpenOptions::new()
         .create_new(true)
-        .append(true)
+        .write(true)
         .open(&path)
         .ctx(|| format!("create {}", path.display()))?;
     sync_dir(dir)?;
@@ -428,7 +561,7 @@ fn read_meta(path: &Path) -> Result<Option<SnapshotMetadata>> {
             SnapshotMetadata::parse_from_bytes(payload)
                 .map_err(|e| corrupt(&format!("undecodable metadata: {e}")))?,
         )),
-        Decoded::Corrupt(reason) => Err(corrupt(&reason)),
+        Decoded::Corrupt { reason, .. } => Err(corrupt(&reason)),
         _ => Err(corrupt("metadata file is not exactly one metadata record")),
     }
 }

@@ -62,8 +62,8 @@ pub(crate) enum Decoded<'a> {
     End,
     /// An incomplete record or a zero-filled tail: a write the crash interrupted.
     Torn,
-    /// A complete record that fails its checksum or has an unknown kind.
-    Corrupt(String),
+    /// A complete record (`size` bytes framed) that fails its checksum or has an unknown kind.
+    Corrupt { reason: String, size: usize },
 }
 
 /// Decodes the record at the start of `buf`.
@@ -84,7 +84,10 @@ pub(crate) fn decode(buf: &[u8]) -> Decoded<'_> {
         if buf.iter().all(|b| *b == 0) {
             return Decoded::Torn;
         }
-        return Decoded::Corrupt(format!("checksum mismatch in a {len}-byte record"));
+        return Decoded::Corrupt {
+            reason: format!("checksum mismatch in a {len}-byte record"),
+            size,
+        };
     }
     match Kind::from_u8(buf[8]) {
         Some(kind) => Decoded::Record {
@@ -92,7 +95,10 @@ pub(crate) fn decode(buf: &[u8]) -> Decoded<'_> {
             payload: &buf[HEADER_LEN..size],
             size,
         },
-        None => Decoded::Corrupt(format!("unknown record kind {}", buf[8])),
+        None => Decoded::Corrupt {
+            reason: format!("unknown record kind {}", buf[8]),
+            size,
+        },
     }
 }
 
@@ -149,6 +155,6 @@ mod tests {
 
         let mut bad = buf.clone();
         bad[HEADER_LEN + 1] ^= 0x40;
-        assert!(matches!(decode(&bad), Decoded::Corrupt(_)));
+        assert!(matches!(decode(&bad), Decoded::Corrupt { size, .. } if size == first));
     }
 }

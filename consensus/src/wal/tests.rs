@@ -102,34 +102,34 @@ fn later_entries_overwrite_conflicting_suffix() {
 #[test]
 fn torn_tail_is_truncated_and_log_stays_appendable() {
     let dir = tempfile::tempdir().unwrap();
-    {
+    let valid = {
         let (mut wal, _) = Wal::open(dir.path(), 1 << 20).unwrap();
         wal.save_meta(meta(0, 0)).unwrap();
         for i in 1..=5 {
             wal.append(&[entry(i, 1)], None).unwrap();
         }
         wal.sync().unwrap();
-    }
+        wal.active_len
+    };
     let file = segment_files(dir.path()).pop().unwrap();
-    let full_len = fs::metadata(&file).unwrap().len();
     // Cut the last record short, as a crash mid-write would.
     fs::OpenOptions::new()
         .write(true)
         .open(&file)
         .unwrap()
-        .set_len(full_len - 3)
+        .set_len(valid - 3)
         .unwrap();
     {
         let (mut wal, rec) = Wal::open(dir.path(), 1 << 20).unwrap();
         assert_eq!(indexes(&rec.entries), vec![1, 2, 3, 4]);
         assert!(
-            fs::metadata(&file).unwrap().len() < full_len - 3,
+            fs::metadata(&file).unwrap().len() < valid - 3,
             "tail truncated"
         );
         wal.append(&[entry(5, 2)], None).unwrap();
         wal.sync().unwrap();
     }
-    // A zero-filled tail (file extended but data never written) is torn too.
+    // A zero-filled tail (file extended but data never written) is not an entry.
     fs::OpenOptions::new()
         .append(true)
         .open(&file)
@@ -139,6 +139,108 @@ fn torn_tail_is_truncated_and_log_stays_appendable() {
     let (_wal, rec) = Wal::open(dir.path(), 1 << 20).unwrap();
     assert_eq!(indexes(&rec.entries), vec![1, 2, 3, 4, 5]);
     assert_eq!(rec.entries[4].term, 2);
+}
+
+#[test]
+fn small_appends_land_in_preallocated_zeros_and_replay_ignores_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let segment = 64 << 20;
+    let valid = {
+        let (mut wal, _) = Wal::open(dir.path(), segment).unwrap();
+        wal.save_meta(meta(0, 0)).unwrap();
+        for i in 1..=50 {
+            wal.append(&[entry(i, 1)], Some(&hs(1, i - 1))).unwrap();
+            wal.sync().unwrap();
+        }
+        wal.finish_zeroing().unwrap();
+        assert!(
+            wal.zeroed >= ZERO_CHUNK,
+            "zero-filled ahead: {}",
+            wal.zeroed
+        );
+        wal.active_len
+    };
+    let file = segment_files(dir.path()).pop().unwrap();
+    let len = fs::metadata(&file).unwrap().len();
+    assert!(len >= ZERO_CHUNK && len < segment, "file length {len}");
+    assert!(fs::read(&file).unwrap()[valid as usize..]
+        .iter()
+        .all(|b| *b == 0));
+    // Reopening keeps the preallocation and appends where the records end.
+    {
+        let (mut wal, rec) = Wal::open(dir.path(), segment).unwrap();
+        assert_eq!(indexes(&rec.entries), (1..=50).collect::<Vec<_>>());
+        assert_eq!(rec.hard_state, hs(1, 49));
+        assert_eq!(wal.active_len, valid);
+        assert_eq!(fs::metadata(&file).unwrap().len(), len, "not truncated");
+        wal.append(&[entry(51, 2)], None).unwrap();
+        wal.sync().unwrap();
+    }
+    let (_wal, rec) = Wal::open(dir.path(), segment).unwrap();
+    assert_eq!(indexes(&rec.entries), (1..=51).collect::<Vec<_>>());
+    assert_eq!(rec.entries[50].term, 2);
+}
+
+#[test]
+fn sealed_segment_ends_at_its_last_record_when_segment_size_shrinks() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut wal, _) = Wal::open(dir.path(), 64 << 20).unwrap();
+        wal.save_meta(meta(0, 0)).unwrap();
+        for i in 1..=5 {
+            wal.append(&[entry(i, 1)], Some(&hs(1, i - 1))).unwrap();
+            wal.sync().unwrap();
+        }
+        wal.finish_zeroing().unwrap();
+        assert!(wal.zeroed > wal.active_len, "preallocated past the records");
+    }
+    // Restart with segments smaller than what the old one already holds: the next append
+    // seals it, and the sealed segment must not keep the zeros.
+    {
+        let (mut wal, _) = Wal::open(dir.path(), 64).unwrap();
+        for i in 6..=8 {
+            wal.append(&[entry(i, 1)], Some(&hs(1, i - 1))).unwrap();
+            wal.sync().unwrap();
+        }
+        assert!(wal.segment_count() >= 2);
+    }
+    let first = segment_files(dir.path()).remove(0);
+    let data = fs::read(&first).unwrap();
+    assert_ne!(
+        *data.last().unwrap(),
+        0,
+        "sealed segment ends with a record"
+    );
+    let (_wal, rec) = Wal::open(dir.path(), 64).unwrap();
+    assert_eq!(indexes(&rec.entries), (1..=8).collect::<Vec<_>>());
+    assert_eq!(rec.hard_state, hs(1, 7));
+}
+
+#[test]
+fn record_partly_written_into_preallocated_zeros_is_torn() {
+    let dir = tempfile::tempdir().unwrap();
+    let segment = 64 << 20;
+    let last = {
+        let (mut wal, _) = Wal::open(dir.path(), segment).unwrap();
+        wal.save_meta(meta(0, 0)).unwrap();
+        let mut last = 0;
+        for i in 1..=5 {
+            last = wal.active_len;
+            wal.append(&[entry(i, 1)], None).unwrap();
+        }
+        wal.sync().unwrap();
+        last as usize
+    };
+    let file = segment_files(dir.path()).pop().unwrap();
+    let mut data = fs::read(&file).unwrap();
+    // The header reached the disk, the payload did not.
+    for b in &mut data[last + record::HEADER_LEN..last + record::HEADER_LEN + 4] {
+        *b = 0;
+    }
+    fs::write(&file, &data).unwrap();
+    let (_wal, rec) = Wal::open(dir.path(), segment).unwrap();
+    assert_eq!(indexes(&rec.entries), vec![1, 2, 3, 4]);
+    assert_eq!(fs::metadata(&file).unwrap().len(), last as u64);
 }
 
 #[test]
