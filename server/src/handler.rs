@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::{Sink, SinkExt, StreamExt};
+use futures::{FutureExt, Sink, SinkExt, StreamExt};
 use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
 };
@@ -469,7 +469,18 @@ where
         .await?;
     let mut rows = 0usize;
     let binary = format == 1;
-    while let Some(chunk) = data_stream.next().await {
+    // Rows are fed into the connection's write buffer (which writes itself out as it fills)
+    // and flushed whenever the stream has nothing ready: a history scan goes out in large
+    // writes, a tail's row goes out as soon as it is produced.
+    loop {
+        let next = match data_stream.next().now_or_never() {
+            Some(next) => next,
+            None => {
+                client.flush().await?;
+                data_stream.next().await
+            }
+        };
+        let Some(chunk) = next else { break };
         let chunk = chunk?;
         let is_marker = binary
             && (chunk.data.starts_with(crate::copy_out::BINARY_HEADER)
@@ -477,7 +488,7 @@ where
         if !is_marker && !chunk.data.is_empty() {
             rows += 1;
         }
-        client.send(PgWireBackendMessage::CopyData(chunk)).await?;
+        client.feed(PgWireBackendMessage::CopyData(chunk)).await?;
     }
     client
         .feed(PgWireBackendMessage::CopyDone(Done::new()))
