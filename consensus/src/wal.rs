@@ -18,7 +18,9 @@
 //! write position (never past the segment size); the writer waits for it only if it would
 //! write into the range being zeroed. Large appends (bulk loads) just extend the file, whose
 //! metadata flush is amortized over the batch. On replay, a zero-filled tail is the unused
-//! preallocation of the newest segment, not damage.
+//! preallocation of the newest segment, not damage; a bad record there that only zeros follow,
+//! or whose header is zeros, is the append a crash interrupted (as PostgreSQL reads a bad
+//! record at the end of its WAL as the end), while a bad record followed by data is corruption.
 //!
 //! Invariants: replay is "last write wins" per index — an entry at index `i` discards any
 //! entries at `>= i` before it (as Raft's own append does), so the log is always contiguous; the
@@ -444,8 +446,16 @@ impl Replay {
                 }
                 // The newest segment's unused preallocation.
                 _ if is_last && data[pos..].iter().all(|b| *b == 0) => break,
-                // A crash mid-append: the file ends inside the record, or the record was only
-                // partly written into preallocated zeros (nothing but zeros after it).
+                // A crash mid-append: the file ends inside the record; or the record was only
+                // partly written into preallocated zeros (nothing but zeros after it); or its
+                // header never reached the disk while later pages of the same write did
+                // (every acknowledged record lies before `pos`, so what follows is that write).
+                Decoded::Torn | Decoded::Corrupt { .. }
+                    if is_last && data[pos..].iter().take(record::HEADER_LEN).all(|b| *b == 0) =>
+                {
+                    truncate_torn(path, pos, data.len())?;
+                    break;
+                }
                 Decoded::Torn if is_last => {
                     truncate_torn(path, pos, data.len())?;
                     break;

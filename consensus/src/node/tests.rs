@@ -327,9 +327,10 @@ async fn corrupt_log_refuses_to_start() {
         .path()
         .join(format!("{:020}.wal", seg_files(dir.path())[0]));
     let mut data = std::fs::read(&seg).unwrap();
-    // The last byte belongs to the final (complete) HardState record's payload.
-    let last = data.len() - 1;
-    data[last] ^= 0x5a;
+    // A payload byte of the second record: complete records follow it, so this is damage, not
+    // a torn write (a bad last record followed only by zeros would read as one).
+    let first_len = u32::from_le_bytes(data[..4].try_into().unwrap()) as usize;
+    data[2 * 9 + first_len] ^= 0x5a;
     std::fs::write(&seg, data).unwrap();
     assert!(matches!(
         start(config(dir.path()), sm.recover()),

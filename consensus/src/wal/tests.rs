@@ -244,6 +244,40 @@ fn record_partly_written_into_preallocated_zeros_is_torn() {
 }
 
 #[test]
+fn write_whose_later_pages_landed_past_the_preallocation_is_torn() {
+    let dir = tempfile::tempdir().unwrap();
+    let segment = 64 << 20;
+    let valid = {
+        let (mut wal, _) = Wal::open(dir.path(), segment).unwrap();
+        wal.save_meta(meta(0, 0)).unwrap();
+        for i in 1..=3 {
+            wal.append(&[entry(i, 1)], Some(&hs(1, i - 1))).unwrap();
+            wal.sync().unwrap();
+        }
+        wal.finish_zeroing().unwrap();
+        wal.active_len
+    };
+    let file = segment_files(dir.path()).pop().unwrap();
+    // The start of a large append never reached the disk; its last bytes, beyond the zeros,
+    // did.
+    let mut data = fs::read(&file).unwrap();
+    data.extend_from_slice(b"\x07\x07\x07");
+    fs::write(&file, &data).unwrap();
+    let (mut wal, rec) = Wal::open(dir.path(), segment).unwrap();
+    assert_eq!(indexes(&rec.entries), vec![1, 2, 3]);
+    assert_eq!(
+        fs::metadata(&file).unwrap().len(),
+        valid,
+        "cut at the last record"
+    );
+    wal.append(&[entry(4, 1)], None).unwrap();
+    wal.sync().unwrap();
+    drop(wal);
+    let (_wal, rec) = Wal::open(dir.path(), segment).unwrap();
+    assert_eq!(indexes(&rec.entries), vec![1, 2, 3, 4]);
+}
+
+#[test]
 fn corrupt_record_is_reported_with_file_and_offset() {
     let dir = tempfile::tempdir().unwrap();
     let mut offsets = Vec::new();
