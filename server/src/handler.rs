@@ -10,9 +10,10 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 
 use async_trait::async_trait;
-use futures::{FutureExt, Sink, SinkExt, StreamExt};
+use futures::{Sink, SinkExt, StreamExt};
 use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
 };
@@ -472,10 +473,12 @@ where
     // Rows are fed into the connection's write buffer (which writes itself out as it fills)
     // and flushed whenever the stream has nothing ready: a history scan goes out in large
     // writes, a tail's row goes out as soon as it is produced.
+    // The first poll runs with this task's own waker (`poll!`), never a no-op one: a tail waits
+    // on channels and timers that must be able to wake us while the flush is in progress.
     loop {
-        let next = match data_stream.next().now_or_never() {
-            Some(next) => next,
-            None => {
+        let next = match futures::poll!(data_stream.next()) {
+            Poll::Ready(next) => next,
+            Poll::Pending => {
                 client.flush().await?;
                 data_stream.next().await
             }

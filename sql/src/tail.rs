@@ -5,7 +5,9 @@
 //! other than by offset. A [`Tail`] runs such a query chunk by chunk: for
 //! each committed range `[pos, end)` it plans the user's query with that
 //! range added to its WHERE and lets DataFusion do projection and
-//! filtering. Positions advance by offset range, so rows are delivered
+//! filtering. The common tail — plain columns (or `*`) and nothing in the
+//! WHERE but the offset bound — skips planning: it reads the range's frames
+//! and picks the columns, so many tails woken by every commit cost little. Positions advance by offset range, so rows are delivered
 //! exactly once and in offset order whatever the filter keeps. A tail holds
 //! at most one chunk of rows; it reads ahead only when asked, so a client
 //! that stops reading stops the tail (TCP backpressure) and costs nothing.
@@ -15,14 +17,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{Schema, SchemaRef};
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::scalar::ScalarValue;
 use datafusion::sql::parser::Statement as DFStatement;
 use futures::StreamExt;
 use sqlparser::ast::{
-    BinaryOperator, Expr, Ident, LimitClause, Query, SetExpr, Statement, TableFactor, Value,
+    BinaryOperator, Expr, Ident, LimitClause, Query, SelectItem, SetExpr, Statement, TableFactor,
+    Value, WildcardAdditionalOptions,
 };
 use tokio::sync::watch;
 
@@ -279,6 +282,9 @@ pub struct Tail {
     buffered: VecDeque<RecordBatch>,
     advanced: watch::Receiver<u64>,
     schema: SchemaRef,
+    /// Columns of the stream's full schema the query returns, when it reads them directly
+    /// (see [`direct_columns`]).
+    direct: Option<Vec<usize>>,
 }
 
 impl std::fmt::Debug for Tail {
@@ -291,11 +297,14 @@ impl std::fmt::Debug for Tail {
 }
 
 impl Tail {
+    /// Starts a tail. `may_read_directly` is false when the query must see more than the
+    /// committed frames (a transaction block's own pending rows).
     pub async fn start(
         catalog: Arc<Catalog>,
         ctx: SessionContext,
         spec: TailSpec,
         params: Vec<ScalarValue>,
+        may_read_directly: bool,
     ) -> Result<Tail> {
         let stream = catalog
             .get(&spec.stream)
@@ -312,11 +321,29 @@ impl Tail {
             buffered: VecDeque::new(),
             advanced,
             schema: Arc::new(arrow::datatypes::Schema::empty()),
+            direct: None,
         };
         // plan an empty range once: validates the query and fixes the schema
         let (schema, _) = tail.run_chunk(0, 0).await?;
+        if may_read_directly {
+            tail.direct = direct_columns(&tail.query, &tail.stream.full_schema, &schema);
+        }
         tail.schema = schema;
         Ok(tail)
+    }
+
+    /// Rows of `[from, to)` read straight from the frames, projected to the query's columns.
+    fn read_direct(&mut self, columns: &[usize], from: u64, to: u64) -> Result<()> {
+        for meta in self.stream.log.batches(from, to) {
+            let frame = crate::provider::read_frame(&self.stream, &meta, from, to)?;
+            if frame.num_rows() == 0 {
+                continue;
+            }
+            let picked = columns.iter().map(|&i| frame.column(i).clone()).collect();
+            self.buffered
+                .push_back(RecordBatch::try_new(self.schema.clone(), picked)?);
+        }
+        Ok(())
     }
 
     pub fn schema(&self) -> SchemaRef {
@@ -429,11 +456,17 @@ impl Tail {
                 break;
             }
             let to = end.min(self.pos + CHUNK_OFFSETS);
-            let (_, mut rows) = self.run_chunk(self.pos, to).await?;
-            while let Some(b) = rows.next().await {
-                let b = b?;
-                if b.num_rows() > 0 {
-                    self.buffered.push_back(b);
+            if let Some(columns) = self.direct.take() {
+                let read = self.read_direct(&columns, self.pos, to);
+                self.direct = Some(columns);
+                read?;
+            } else {
+                let (_, mut rows) = self.run_chunk(self.pos, to).await?;
+                while let Some(b) = rows.next().await {
+                    let b = b?;
+                    if b.num_rows() > 0 {
+                        self.buffered.push_back(b);
+                    }
                 }
             }
             self.pos = to;
@@ -513,6 +546,45 @@ impl Tail {
     }
 }
 
+/// The columns of `full` (the stream's schema) that a tail query returns, in order, when the
+/// query is a plain column list or `*` and its WHERE holds nothing but offset bounds (which
+/// [`tail_spec`] has checked are lower bounds), and the planned `output` schema has exactly
+/// those types. `None`: the tail plans each chunk with DataFusion.
+fn direct_columns(query: &Query, full: &Schema, output: &Schema) -> Option<Vec<usize>> {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    if select.top.is_some() || select.into.is_some() || select.prewhere.is_some() {
+        return None;
+    }
+    let mut conjuncts = Vec::new();
+    split_and(select.selection.as_ref()?, &mut conjuncts);
+    let only_offset = conjuncts.iter().all(
+        |c| matches!(c, Expr::BinaryOp { left, right, .. } if is_offset(left) || is_offset(right)),
+    );
+    if !only_offset {
+        return None;
+    }
+    let mut columns = Vec::new();
+    for item in &select.projection {
+        match item {
+            SelectItem::Wildcard(options) if *options == WildcardAdditionalOptions::default() => {
+                columns.extend(0..full.fields().len())
+            }
+            SelectItem::UnnamedExpr(Expr::Identifier(id)) => {
+                columns.push(full.index_of(&statement::normalize_ident(id)).ok()?)
+            }
+            _ => return None,
+        }
+    }
+    let same_types = columns.len() == output.fields().len()
+        && columns
+            .iter()
+            .zip(output.fields())
+            .all(|(&i, f)| full.field(i).data_type() == f.data_type());
+    same_types.then_some(columns)
+}
+
 fn range_expr(from: u64, to: u64) -> Expr {
     let col = || Box::new(Expr::Identifier(Ident::with_quote('"', OFFSET_COLUMN)));
     let num = |n: u64| Box::new(Expr::value(Value::Number(n.to_string(), false)));
@@ -566,5 +638,68 @@ mod tests {
         assert!(spec("SELECT * FROM orders WHERE offset > 1 ORDER BY amount").is_none());
         assert!(spec("SELECT * FROM a JOIN b ON a.x = b.x WHERE offset > 1").is_none());
         assert!(spec("SELECT * FROM orders WHERE offset = 5").is_none());
+    }
+
+    #[test]
+    fn plain_column_tails_read_frames_directly() {
+        use arrow::datatypes::{DataType, Field};
+        let full = Schema::new(vec![
+            Field::new("offset", DataType::Int64, false),
+            Field::new("customer", DataType::Utf8, false),
+            Field::new("Amount", DataType::Float64, true),
+        ]);
+        // what DataFusion would plan: the picked fields, in order
+        let planned = |cols: &[usize]| {
+            Schema::new(
+                cols.iter()
+                    .map(|&i| full.field(i).clone())
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let direct = |sql: &str, cols: &[usize]| {
+            direct_columns(&spec(sql).unwrap().query, &full, &planned(cols))
+        };
+        assert_eq!(
+            direct("SELECT * FROM orders WHERE offset > 1", &[0, 1, 2]),
+            Some(vec![0, 1, 2])
+        );
+        assert_eq!(
+            direct(
+                "SELECT \"Amount\", offset FROM orders WHERE offset >= $1 LIMIT 3",
+                &[2, 0]
+            ),
+            Some(vec![2, 0])
+        );
+        assert_eq!(
+            direct("SELECT CUSTOMER FROM orders WHERE 4 < offset", &[1]),
+            Some(vec![1])
+        );
+        // anything DataFusion must compute or filter is planned per chunk
+        assert_eq!(
+            direct(
+                "SELECT * FROM orders WHERE customer = 'a' AND offset > 1",
+                &[0, 1, 2]
+            ),
+            None
+        );
+        assert_eq!(
+            direct("SELECT customer AS c FROM orders WHERE offset > 1", &[1]),
+            None
+        );
+        assert_eq!(
+            direct("SELECT upper(customer) FROM orders WHERE offset > 1", &[1]),
+            None
+        );
+        assert_eq!(
+            direct("SELECT amount FROM orders WHERE offset > 1", &[2]),
+            None,
+            "unquoted folds to lower case"
+        );
+        // a planned type that differs (e.g. a cast the planner added) is not read directly
+        let other = Schema::new(vec![Field::new("customer", DataType::LargeUtf8, false)]);
+        let q = spec("SELECT customer FROM orders WHERE offset > 1")
+            .unwrap()
+            .query;
+        assert_eq!(direct_columns(&q, &full, &other), None);
     }
 }

@@ -56,6 +56,7 @@ impl Session {
             self.ctx.clone(),
             spec,
             params.to_vec(),
+            self.status() == TxnStatus::Idle,
         )
         .await
     }
