@@ -30,16 +30,19 @@ fn err(e: impl std::fmt::Display) -> String {
 /// `seq_bytes` written in 1 MiB writes and one `fdatasync`. The probe files
 /// are removed afterwards.
 pub fn probe(dir: &Path, count: u64, seq_bytes: u64) -> Result<DiskRun, String> {
+    let create = |path: &Path| {
+        OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .map_err(err)
+    };
     std::fs::create_dir_all(dir).map_err(err)?;
     let path = dir.join("sluice-bench-disk-probe");
     let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(err)?;
     {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(err)?;
+        let mut f = create(&path)?;
         let block = vec![0x5au8; 4096];
         for _ in 0..count {
             let start = Instant::now();
@@ -50,12 +53,7 @@ pub fn probe(dir: &Path, count: u64, seq_bytes: u64) -> Result<DiskRun, String> 
     }
     let start = Instant::now();
     {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(err)?;
+        let mut f = create(&path)?;
         let block = vec![0xa5u8; 1 << 20];
         let mut written = 0u64;
         while written < seq_bytes {
