@@ -14,7 +14,7 @@
 //!
 //! Preallocation: a small append (a group commit) is written into space that already holds
 //! durable zeros, so its `fdatasync` flushes only data blocks — no size change, no journal
-//! commit. A helper thread keeps the active segment zero-filled [`ZERO_CHUNK`] ahead of the
+//! commit. A helper thread keeps the active segment zero-filled `ZERO_CHUNK` (4 MiB) ahead of the
 //! write position (never past the segment size); the writer waits for it only if it would
 //! write into the range being zeroed. Large appends (bulk loads) just extend the file, whose
 //! metadata flush is amortized over the batch. On replay, a zero-filled tail is the unused
