@@ -16,7 +16,8 @@
 //! durable zeros, so its `fdatasync` flushes only data blocks — no size change, no journal
 //! commit. A helper thread keeps the active segment zero-filled `ZERO_CHUNK` (4 MiB) ahead of the
 //! write position (never past the segment size); the writer waits for it only if it would
-//! write into the range being zeroed. Large appends (bulk loads) just extend the file, whose
+//! write into the range being zeroed. Large appends (bulk loads), and the HardState-only
+//! records written between them, do not start a fill: a bulk load just extends the file, whose
 //! metadata flush is amortized over the batch. On replay, a zero-filled tail is the unused
 //! preallocation of the newest segment, not damage; a bad record there that only zeros follow,
 //! or whose header is zeros, is the append a crash interrupted (as PostgreSQL reads a bad
@@ -228,7 +229,9 @@ impl Wal {
         self.unsynced = true;
         self.active_len += written;
         self.zeroed = self.zeroed.max(self.active_len);
-        if self.buf.len() < ZERO_AHEAD_MAX_APPEND {
+        // Small appends of entries are what group commits look like; a HardState alone (the
+        // commit index written after every batch) says nothing about the load.
+        if !entries.is_empty() && self.buf.len() < ZERO_AHEAD_MAX_APPEND {
             self.zero_ahead()?;
         }
         if let Some(last) = entries.last() {

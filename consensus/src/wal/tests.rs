@@ -182,6 +182,29 @@ fn small_appends_land_in_preallocated_zeros_and_replay_ignores_them() {
 }
 
 #[test]
+fn bulk_appends_and_their_hard_states_do_not_zero_fill() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut wal, _) = Wal::open(dir.path(), 64 << 20).unwrap();
+    wal.save_meta(meta(0, 0)).unwrap();
+    let big = |index: u64| Entry {
+        data: vec![7u8; ZERO_AHEAD_MAX_APPEND].into(),
+        ..entry(index, 1)
+    };
+    for i in 1..=3 {
+        wal.append(&[big(i)], None).unwrap();
+        // the commit index written after each batch
+        wal.append(&[], Some(&hs(1, i))).unwrap();
+        wal.sync().unwrap();
+        assert!(wal.zeroing.is_none(), "no fill after a bulk append");
+        assert_eq!(wal.zeroed, wal.active_len, "the file just grows");
+    }
+    // a small append of entries is a group commit: it starts the fill
+    wal.append(&[entry(4, 1)], Some(&hs(1, 3))).unwrap();
+    wal.finish_zeroing().unwrap();
+    assert!(wal.zeroed > wal.active_len);
+}
+
+#[test]
 fn sealed_segment_ends_at_its_last_record_when_segment_size_shrinks() {
     let dir = tempfile::tempdir().unwrap();
     {
