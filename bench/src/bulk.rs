@@ -16,14 +16,14 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use serde::Serialize;
 use tokio_postgres::types::ToSql;
 
-use crate::{connect, Common, Target};
+use crate::{connect, err, run_for, Common, Target};
 
 /// Customers in the history table: the GROUP BY has this many groups.
 const CUSTOMERS: u64 = 1000;
@@ -99,10 +99,6 @@ pub struct AggregateRun {
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
-
 /// Closed-loop batched ingest into the `setup` table of `common`.
 pub async fn ingest(
     common: Common,
@@ -161,11 +157,7 @@ pub async fn ingest(
             Ok::<(), String>(())
         }));
     }
-    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.map_err(err)??;
-    }
+    run_for(seconds, &stop, tasks).await?;
     let elapsed = start.elapsed().as_secs_f64();
     let rows = acked.load(Ordering::Relaxed);
     let bytes = rows * common.size as u64;

@@ -11,6 +11,8 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::err;
+
 #[derive(Serialize)]
 pub struct DiskRun {
     workload: &'static str,
@@ -20,10 +22,6 @@ pub struct DiskRun {
     max_us: u64,
     seq_write_bytes: u64,
     seq_write_mib_per_sec: f64,
-}
-
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
 }
 
 /// Probe `dir`: `count` appends of 4 KiB each followed by `fdatasync`, then

@@ -30,6 +30,11 @@ mod bulk;
 mod disk;
 mod tail;
 
+/// Errors travel as their message: every failure ends the run with it.
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
 #[derive(Parser)]
 #[command(
     name = "sluice-bench",
@@ -232,6 +237,21 @@ pub(crate) fn payload(size: usize) -> String {
 }
 
 /// Sluice's log fsync counter, from `sluice_stats`.
+/// Lets closed-loop workers run for `seconds`, then raises `stop` and waits for them all
+/// (the first worker error ends the run).
+async fn run_for(
+    seconds: f64,
+    stop: &AtomicBool,
+    tasks: Vec<tokio::task::JoinHandle<Result<(), String>>>,
+) -> Result<(), String> {
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.map_err(err)??;
+    }
+    Ok(())
+}
+
 async fn log_fsyncs(c: &Common) -> Result<Option<i64>, String> {
     if !matches!(c.target, Target::Sluice) {
         return Ok(None);
@@ -243,7 +263,7 @@ async fn log_fsyncs(c: &Common) -> Result<Option<i64>, String> {
             &[],
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(err)?;
     Ok(Some(row.get(0)))
 }
 
@@ -269,22 +289,15 @@ async fn sweep(
         for client in clients {
             let (acked, stop, sql, body) = (acked.clone(), stop.clone(), sql.clone(), body.clone());
             tasks.push(tokio::spawn(async move {
-                let stmt = client.prepare(&sql).await.map_err(|e| e.to_string())?;
+                let stmt = client.prepare(&sql).await.map_err(err)?;
                 while !stop.load(Ordering::Relaxed) {
-                    client
-                        .execute(&stmt, &[&body])
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    client.execute(&stmt, &[&body]).await.map_err(err)?;
                     acked.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok::<(), String>(())
             }));
         }
-        tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-        stop.store(true, Ordering::Relaxed);
-        for t in tasks {
-            t.await.map_err(|e| e.to_string())??;
-        }
+        run_for(seconds, &stop, tasks).await?;
         let elapsed = start.elapsed().as_secs_f64();
         let acknowledged = acked.load(Ordering::Relaxed);
         let rows_per_fsync = match (fsyncs_before, log_fsyncs(&common).await?) {
@@ -335,9 +348,8 @@ async fn latency(
         // stagger connections evenly inside one interval
         let offset = interval.mul_f64(c as f64 / connections as f64);
         tasks.push(tokio::spawn(async move {
-            let stmt = client.prepare(&sql).await.map_err(|e| e.to_string())?;
-            let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
-                .map_err(|e| e.to_string())?;
+            let stmt = client.prepare(&sql).await.map_err(err)?;
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(err)?;
             let mut errors = 0u64;
             for k in 0..per_conn {
                 let scheduled = start + offset + interval.mul_f64(k as f64);
@@ -353,12 +365,11 @@ async fn latency(
             Ok::<_, String>((hist, errors))
         }));
     }
-    let mut hist =
-        Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(|e| e.to_string())?;
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(err)?;
     let mut errors = 0;
     for t in tasks {
-        let (h, e) = t.await.map_err(|e| e.to_string())??;
-        hist.add(&h).map_err(|e| e.to_string())?;
+        let (h, e) = t.await.map_err(err)??;
+        hist.add(&h).map_err(err)?;
         errors += e;
     }
     let qs = [50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999];
@@ -381,9 +392,7 @@ async fn latency(
 }
 
 fn json<T: Serialize>(value: &T) -> Result<Vec<String>, String> {
-    serde_json::to_string(value)
-        .map(|j| vec![j])
-        .map_err(|e| e.to_string())
+    serde_json::to_string(value).map(|j| vec![j]).map_err(err)
 }
 
 async fn run(mode: Mode) -> Result<Vec<String>, String> {
@@ -414,7 +423,7 @@ async fn run(mode: Mode) -> Result<Vec<String>, String> {
             sweep(common, counts, seconds)
                 .await?
                 .iter()
-                .map(|p| serde_json::to_string(p).map_err(|e| e.to_string()))
+                .map(|p| serde_json::to_string(p).map_err(err))
                 .collect()
         }
         Mode::Latency {

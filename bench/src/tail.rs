@@ -21,7 +21,7 @@ use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::connect;
+use crate::{connect, err};
 
 #[derive(Serialize)]
 pub struct TailLatency {
@@ -54,7 +54,7 @@ async fn setup(url: &str, stream: &str) -> Result<(), String> {
         "DROP STREAM IF EXISTS {stream}; CREATE STREAM {stream} (seq bigint NOT NULL, payload text NOT NULL)"
     ))
     .await
-    .map_err(|e| e.to_string())
+    .map_err(err)
 }
 
 pub async fn tail_latency(
@@ -73,7 +73,7 @@ pub async fn tail_latency(
         let copy = tail_client
             .copy_out("COPY (SELECT seq FROM tail_lat WHERE offset >= 0) TO STDOUT")
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(err)?;
         readers.push(tokio::spawn(async move {
             // the client must outlive its COPY
             let _client = tail_client;
@@ -109,7 +109,7 @@ pub async fn tail_latency(
             let stmt = client
                 .prepare("INSERT INTO tail_lat (seq, payload) VALUES ($1, $2)")
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(err)?;
             let mut k = 0i64;
             loop {
                 let seq = k * writers as i64 + w as i64;
@@ -118,10 +118,7 @@ pub async fn tail_latency(
                 }
                 tokio::time::sleep_until((start + offset + interval.mul_f64(k as f64)).into())
                     .await;
-                client
-                    .execute(&stmt, &[&seq, &body])
-                    .await
-                    .map_err(|e| e.to_string())?;
+                client.execute(&stmt, &[&seq, &body]).await.map_err(err)?;
                 acks.lock().insert(seq, Instant::now());
                 k += 1;
             }
@@ -129,12 +126,11 @@ pub async fn tail_latency(
         }));
     }
     for t in tasks {
-        t.await.map_err(|e| e.to_string())??;
+        t.await.map_err(err)??;
     }
-    let mut hist =
-        Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(|e| e.to_string())?;
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(err)?;
     for reader in readers {
-        let received = reader.await.map_err(|e| e.to_string())?;
+        let received = reader.await.map_err(err)?;
         let acks = acks.lock();
         let before = hist.len();
         for (seq, at) in &received {
@@ -189,20 +185,17 @@ async fn insert_rows(
         let client = connect(url).await?;
         let sql = format!("INSERT INTO {stream} (seq, payload) VALUES ($1, $2)");
         tasks.push(tokio::spawn(async move {
-            let stmt = client.prepare(&sql).await.map_err(|e| e.to_string())?;
+            let stmt = client.prepare(&sql).await.map_err(err)?;
             let body = "x".repeat(256);
             for i in 0..per {
                 let seq = (c as u64 * per + i) as i64;
-                client
-                    .execute(&stmt, &[&seq, &body])
-                    .await
-                    .map_err(|e| e.to_string())?;
+                client.execute(&stmt, &[&seq, &body]).await.map_err(err)?;
             }
             Ok::<(), String>(())
         }));
     }
     for t in tasks {
-        t.await.map_err(|e| e.to_string())??;
+        t.await.map_err(err)??;
     }
     Ok((per * connections as u64) as f64 / start.elapsed().as_secs_f64())
 }
@@ -222,7 +215,7 @@ pub async fn stalled_tail(
     let copy = tail_client
         .copy_out("COPY (SELECT seq, payload FROM tail_stall WHERE offset >= 0) TO STDOUT")
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(err)?;
     let stalled = insert_rows(url, "tail_stall", rows, connections).await?;
     let rss_after = rss_kib(server_pid);
     drop(copy);

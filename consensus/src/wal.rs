@@ -448,24 +448,8 @@ impl Replay {
                     pos += size;
                 }
                 // The newest segment's unused preallocation.
-                _ if is_last && data[pos..].iter().all(|b| *b == 0) => break,
-                // A crash mid-append: the file ends inside the record; or the record was only
-                // partly written into preallocated zeros (nothing but zeros after it); or its
-                // header never reached the disk while later pages of the same write did
-                // (every acknowledged record lies before `pos`, so what follows is that write).
-                Decoded::Torn | Decoded::Corrupt { .. }
-                    if is_last && data[pos..].iter().take(record::HEADER_LEN).all(|b| *b == 0) =>
-                {
-                    truncate_torn(path, pos, data.len())?;
-                    break;
-                }
-                Decoded::Torn if is_last => {
-                    truncate_torn(path, pos, data.len())?;
-                    break;
-                }
-                Decoded::Corrupt { size, .. }
-                    if is_last && data[pos + size..].iter().all(|b| *b == 0) =>
-                {
+                _ if is_last && zeros(&data[pos..]) => break,
+                ref d if is_last && interrupted_append(d, &data[pos..]) => {
                     truncate_torn(path, pos, data.len())?;
                     break;
                 }
@@ -494,6 +478,25 @@ impl Replay {
         }
         self.entries.push(entry);
         Ok(())
+    }
+}
+
+fn zeros(bytes: &[u8]) -> bool {
+    bytes.iter().all(|b| *b == 0)
+}
+
+/// Whether a record at the end of the newest segment that does not decode (`d`, at the start
+/// of `rest`) is the append a crash interrupted: the file ends inside it; or it was only partly
+/// written into preallocated zeros (nothing but zeros after it); or its header never reached
+/// the disk while later pages of the same write did. Every acknowledged record lies before it,
+/// so what follows belongs to that write. A bad record followed by data is corruption.
+fn interrupted_append(d: &Decoded<'_>, rest: &[u8]) -> bool {
+    match d {
+        Decoded::Torn => true,
+        Decoded::Corrupt { size, .. } => {
+            zeros(&rest[..record::HEADER_LEN]) || zeros(&rest[*size..])
+        }
+        Decoded::Record { .. } | Decoded::End => false,
     }
 }
 

@@ -75,7 +75,13 @@ impl CopyEncoder {
     pub fn encode_rows(&self, batch: &RecordBatch) -> Result<Vec<BytesMut>, String> {
         let n = batch.num_rows();
         let mut rows = Vec::with_capacity(n);
-        let estimate = batch.get_array_memory_size().min(MAX_BATCH_PREALLOC) + 16 * n;
+        // the bytes of the rows in this batch, not of the buffers a sliced batch shares
+        let data: usize = batch
+            .columns()
+            .iter()
+            .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+            .sum();
+        let estimate = data.min(MAX_BATCH_PREALLOC) + 16 * n;
         let mut out = BytesMut::with_capacity(estimate);
         let mut field = BytesMut::new();
         for r in 0..n {

@@ -333,17 +333,16 @@ impl Tail {
     }
 
     /// Rows of `[from, to)` read straight from the frames, projected to the query's columns.
-    fn read_direct(&mut self, columns: &[usize], from: u64, to: u64) -> Result<()> {
+    fn read_direct(&self, columns: &[usize], from: u64, to: u64) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
         for meta in self.stream.log.batches(from, to) {
             let frame = crate::provider::read_frame(&self.stream, &meta, from, to)?;
-            if frame.num_rows() == 0 {
-                continue;
+            if frame.num_rows() > 0 {
+                let picked = columns.iter().map(|&i| frame.column(i).clone()).collect();
+                out.push(RecordBatch::try_new(self.schema.clone(), picked)?);
             }
-            let picked = columns.iter().map(|&i| frame.column(i).clone()).collect();
-            self.buffered
-                .push_back(RecordBatch::try_new(self.schema.clone(), picked)?);
         }
-        Ok(())
+        Ok(out)
     }
 
     pub fn schema(&self) -> SchemaRef {
@@ -456,10 +455,9 @@ impl Tail {
                 break;
             }
             let to = end.min(self.pos + CHUNK_OFFSETS);
-            if let Some(columns) = self.direct.take() {
-                let read = self.read_direct(&columns, self.pos, to);
-                self.direct = Some(columns);
-                read?;
+            if let Some(columns) = &self.direct {
+                let batches = self.read_direct(columns, self.pos, to)?;
+                self.buffered.extend(batches);
             } else {
                 let (_, mut rows) = self.run_chunk(self.pos, to).await?;
                 while let Some(b) = rows.next().await {

@@ -47,6 +47,19 @@ fn indexes(entries: &[Entry]) -> Vec<u64> {
     entries.iter().map(|e| e.index).collect()
 }
 
+/// A WAL in `dir` holding entries `1..=last` (term 1), each appended with a HardState and
+/// synced one by one, like group commits; any zero-fill in progress has finished.
+fn wal_of_small_appends(dir: &Path, segment_bytes: u64, last: u64) -> Wal {
+    let (mut wal, _) = Wal::open(dir, segment_bytes).unwrap();
+    wal.save_meta(meta(0, 0)).unwrap();
+    for i in 1..=last {
+        wal.append(&[entry(i, 1)], Some(&hs(1, i - 1))).unwrap();
+        wal.sync().unwrap();
+    }
+    wal.finish_zeroing().unwrap();
+    wal
+}
+
 #[test]
 fn round_trip_across_segments() {
     let dir = tempfile::tempdir().unwrap();
@@ -146,13 +159,7 @@ fn small_appends_land_in_preallocated_zeros_and_replay_ignores_them() {
     let dir = tempfile::tempdir().unwrap();
     let segment = 64 << 20;
     let valid = {
-        let (mut wal, _) = Wal::open(dir.path(), segment).unwrap();
-        wal.save_meta(meta(0, 0)).unwrap();
-        for i in 1..=50 {
-            wal.append(&[entry(i, 1)], Some(&hs(1, i - 1))).unwrap();
-            wal.sync().unwrap();
-        }
-        wal.finish_zeroing().unwrap();
+        let wal = wal_of_small_appends(dir.path(), segment, 50);
         assert!(
             wal.zeroed >= ZERO_CHUNK,
             "zero-filled ahead: {}",
@@ -208,13 +215,7 @@ fn bulk_appends_and_their_hard_states_do_not_zero_fill() {
 fn sealed_segment_ends_at_its_last_record_when_segment_size_shrinks() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let (mut wal, _) = Wal::open(dir.path(), 64 << 20).unwrap();
-        wal.save_meta(meta(0, 0)).unwrap();
-        for i in 1..=5 {
-            wal.append(&[entry(i, 1)], Some(&hs(1, i - 1))).unwrap();
-            wal.sync().unwrap();
-        }
-        wal.finish_zeroing().unwrap();
+        let wal = wal_of_small_appends(dir.path(), 64 << 20, 5);
         assert!(wal.zeroed > wal.active_len, "preallocated past the records");
     }
     // Restart with segments smaller than what the old one already holds: the next append
@@ -270,16 +271,7 @@ fn record_partly_written_into_preallocated_zeros_is_torn() {
 fn write_whose_later_pages_landed_past_the_preallocation_is_torn() {
     let dir = tempfile::tempdir().unwrap();
     let segment = 64 << 20;
-    let valid = {
-        let (mut wal, _) = Wal::open(dir.path(), segment).unwrap();
-        wal.save_meta(meta(0, 0)).unwrap();
-        for i in 1..=3 {
-            wal.append(&[entry(i, 1)], Some(&hs(1, i - 1))).unwrap();
-            wal.sync().unwrap();
-        }
-        wal.finish_zeroing().unwrap();
-        wal.active_len
-    };
+    let valid = { wal_of_small_appends(dir.path(), segment, 3).active_len };
     let file = segment_files(dir.path()).pop().unwrap();
     // The start of a large append never reached the disk; its last bytes, beyond the zeros,
     // did.
