@@ -28,6 +28,7 @@ use tokio_postgres::{Client, NoTls};
 
 mod bulk;
 mod disk;
+mod rawcopy;
 mod tail;
 
 /// Errors travel as their message: every failure ends the run with it.

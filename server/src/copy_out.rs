@@ -9,7 +9,9 @@ use arrow::datatypes::Schema;
 use bytes::{BufMut, BytesMut};
 use sluice_sql::statement::CopyFormat;
 
-use crate::encode::{column_encoding, encode_binary, encode_text, ColumnEncoding, OutputContext};
+use crate::encode::{
+    column_encoding, encode_binary, encode_text, plain_text, ColumnEncoding, OutputContext,
+};
 
 pub const BINARY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0";
 /// Upper bound of the buffer reserved up front for one batch's rows.
@@ -118,8 +120,18 @@ impl CopyEncoder {
                             out.put_slice(null_text.as_bytes());
                             continue;
                         }
-                        self.text_into(col.as_ref(), r, enc, &mut field)?;
-                        escape_text(&field, *delimiter, &mut out);
+                        // strings are escaped straight from the array
+                        match enc
+                            .ty
+                            .as_ref()
+                            .and_then(|ty| plain_text(col.as_ref(), r, ty))
+                        {
+                            Some(text) => escape_text(text.as_bytes(), *delimiter, &mut out),
+                            None => {
+                                self.text_into(col.as_ref(), r, enc, &mut field)?;
+                                escape_text(&field, *delimiter, &mut out);
+                            }
+                        }
                     }
                     CopyFormat::Csv {
                         delimiter,

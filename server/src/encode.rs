@@ -279,6 +279,19 @@ fn float_value(col: &dyn Array, r: usize) -> Option<f64> {
     })
 }
 
+/// A text-like value that is its own text form (text, varchar, json,
+/// uuid kept as a string): the caller may copy it straight from the array.
+pub fn plain_text<'a>(col: &'a dyn Array, r: usize, ty: &ColumnType) -> Option<&'a str> {
+    match ty {
+        ColumnType::Text
+        | ColumnType::Varchar(_)
+        | ColumnType::Json
+        | ColumnType::Jsonb
+        | ColumnType::Uuid => string_value(col, r),
+        _ => None,
+    }
+}
+
 fn string_value(col: &dyn Array, r: usize) -> Option<&str> {
     match col.data_type() {
         DataType::Utf8 => Some(col.as_string::<i32>().value(r)),
@@ -418,12 +431,8 @@ pub fn encode_text(
             })
         }
         ColumnType::Int2 | ColumnType::Int4 | ColumnType::Int8 => {
-            write!(
-                out,
-                "{}",
-                int_value(col, r).ok_or_else(|| mismatch(ty, col))?
-            )
-            .map_err(|e| e.to_string())?;
+            let v = int_value(col, r).ok_or_else(|| mismatch(ty, col))?;
+            out.put_slice(itoa::Buffer::new().format(v).as_bytes());
         }
         ColumnType::Float4 | ColumnType::Float8 => {
             let v = float_value(col, r).ok_or_else(|| mismatch(ty, col))?;
@@ -443,7 +452,7 @@ pub fn encode_text(
         | ColumnType::Json
         | ColumnType::Jsonb
         | ColumnType::Uuid => out.put_slice(
-            string_value(col, r)
+            plain_text(col, r, ty)
                 .ok_or_else(|| mismatch(ty, col))?
                 .as_bytes(),
         ),

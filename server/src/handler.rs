@@ -23,8 +23,8 @@ use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{CopyResponse, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
-use pgwire::api::stmt::QueryParser;
-use pgwire::api::store::PortalStore;
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{
     ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireConnectionState,
     PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type, METADATA_USER,
@@ -32,7 +32,10 @@ use pgwire::api::{
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
-use pgwire::messages::extendedquery::{Execute, PortalSuspended};
+use pgwire::messages::extendedquery::{
+    BindComplete, CloseComplete, Execute, ParseComplete, PortalSuspended, TARGET_TYPE_BYTE_PORTAL,
+    TARGET_TYPE_BYTE_STATEMENT,
+};
 use pgwire::messages::response::CommandComplete;
 use pgwire::messages::startup::Authentication;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
@@ -563,7 +566,7 @@ impl SimpleQueryHandler for Backend {
                     Response::Execution(t)
                     | Response::TransactionStart(t)
                     | Response::TransactionEnd(t) => send_execution_response(client, t).await,
-                    Response::CopyOut(r) => send_copy_out(client, r).await,
+                    Response::CopyOut(r) => Box::pin(send_copy_out(client, r)).await,
                     Response::CopyIn(r) => {
                         copy_in = true;
                         pgwire::api::copy::send_copy_in_response(client, r).await
@@ -709,6 +712,102 @@ impl ExtendedQueryHandler for Backend {
         Arc::new(SluiceParser)
     }
 
+    /// ParseComplete waits in the write buffer for the Sync or Flush that
+    /// ends the pipeline, as PostgreSQL does: pgwire's default flushes it
+    /// at once, one more send and one more client wake-up per statement.
+    async fn on_parse<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::extendedquery::Parse,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+        match StoredStatement::parse(client, &message, self.query_parser()).await? {
+            Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
+            None => client.portal_store().put_empty_statement(name),
+        }
+        client
+            .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await?;
+        Ok(())
+    }
+
+    /// BindComplete is buffered like ParseComplete (see `on_parse`).
+    async fn on_bind<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::extendedquery::Bind,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statement = message
+            .statement_name
+            .as_deref()
+            .unwrap_or(pgwire::api::DEFAULT_NAME);
+        let portal = message
+            .portal_name
+            .as_deref()
+            .unwrap_or(pgwire::api::DEFAULT_NAME);
+        match client.portal_store().get_statement(statement) {
+            Some(Entry::Value(stored)) => {
+                let p = Portal::try_new(&message, stored)?;
+                client.portal_store().put_portal(Arc::new(p));
+            }
+            Some(Entry::Empty) => {
+                if !message.parameters.is_empty() {
+                    return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                        "ERROR".to_owned(),
+                        sqlstate::PROTOCOL_VIOLATION.to_owned(),
+                        format!(
+                            "bind message supplies {} parameters, but prepared statement \"{}\" requires 0",
+                            message.parameters.len(),
+                            message.statement_name.as_deref().unwrap_or("")
+                        ),
+                    ))));
+                }
+                client.portal_store().put_empty_portal(portal);
+            }
+            None => return Err(PgWireError::StatementNotFound(statement.to_owned())),
+        }
+        client
+            .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
+            .await?;
+        Ok(())
+    }
+
+    /// CloseComplete is buffered like ParseComplete (see `on_parse`).
+    async fn on_close<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::extendedquery::Close,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+        match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => client.portal_store().rm_statement(name),
+            TARGET_TYPE_BYTE_PORTAL => client.portal_store().rm_portal(name),
+            _ => {}
+        }
+        client
+            .feed(PgWireBackendMessage::CloseComplete(CloseComplete::new()))
+            .await?;
+        Ok(())
+    }
+
     /// Describe of a portal pgwire does not know may name a cursor made
     /// with SQL `DECLARE` (psycopg's server-side cursors do this): answer
     /// with the cursor's columns.
@@ -723,9 +822,6 @@ impl ExtendedQueryHandler for Backend {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        use pgwire::messages::extendedquery::{
-            TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
-        };
         // A statement that returns no rows is described with NoData even
         // when it has parameters (pgwire would send an empty RowDescription,
         // which pgjdbc rejects for INSERT).
@@ -739,14 +835,14 @@ impl ExtendedQueryHandler for Backend {
                     let resp = self.do_describe_statement(client, stored).await?;
                     let params = resp.parameters;
                     client
-                        .send(PgWireBackendMessage::ParameterDescription(
+                        .feed(PgWireBackendMessage::ParameterDescription(
                             pgwire::messages::data::ParameterDescription::new(
                                 params.iter().map(|t| t.oid()).collect(),
                             ),
                         ))
                         .await?;
                     client
-                        .send(PgWireBackendMessage::NoData(
+                        .feed(PgWireBackendMessage::NoData(
                             pgwire::messages::data::NoData::new(),
                         ))
                         .await?;
@@ -818,7 +914,7 @@ impl ExtendedQueryHandler for Backend {
                 &portal.result_column_format,
                 ctx,
             ) {
-                Response::CopyOut(r) => send_copy_out(client, r).await,
+                Response::CopyOut(r) => Box::pin(send_copy_out(client, r)).await,
                 _ => Err(user_error(sluice_sql::Error::internal(
                     "COPY TO produced no COPY data",
                 ))),
@@ -832,9 +928,9 @@ impl ExtendedQueryHandler for Backend {
         let key = Arc::as_ptr(&portal.state) as usize;
         let session = session_of(client)?;
         let mut s = session.lock().await;
-        let fetched = s
-            .portal_fetch(key, &portal.statement.statement.parsed, &values, max_rows)
-            .await;
+        let fetched =
+            Box::pin(s.portal_fetch(key, &portal.statement.statement.parsed, &values, max_rows))
+                .await;
         let ctx = output_context(&s);
         drop(s);
         let Some((schema, batches, more)) = fetched.map_err(user_error)? else {
@@ -884,7 +980,11 @@ impl ExtendedQueryHandler for Backend {
         let session = session_of(client)?;
         let mut s = session.lock().await;
         let out = s.execute(&prepared.parsed, &values).await;
-        let ctx = output_context(&s);
+        // a command tag needs no output settings (the common INSERT)
+        let ctx = match &out {
+            Ok(Output::Tag(_)) | Err(_) => OutputContext { tz: None },
+            _ => output_context(&s),
+        };
         drop(s);
         match out {
             Ok(out) => Ok(to_response(client, out, &portal.result_column_format, ctx)),

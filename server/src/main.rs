@@ -59,24 +59,45 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // Two runtimes (see sluice_sql::executor): a few threads serve
+    // connections, whose requests are short and latency-bound (more
+    // workers only steal from and wake each other); query plans run on a
+    // runtime with a thread per core. The Raft node has its own thread.
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let queries = match runtime("sluice-query", cores) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("sluice: cannot start the query runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let connections = match runtime("sluice-conn", (cores / 2).max(1)) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sluice: cannot start the runtime: {e}");
             std::process::exit(1);
         }
     };
-    if let Err(e) = runtime.block_on(serve(config)) {
+    let served = connections.block_on(serve(config, queries.handle().clone()));
+    drop(connections);
+    queries.shutdown_background();
+    if let Err(e) = served {
         eprintln!("sluice: {e}");
         std::process::exit(1);
     }
 }
 
-async fn serve(config: Config) -> Result<(), String> {
+fn runtime(name: &str, threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name(name)
+        .enable_all()
+        .build()
+}
+
+async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), String> {
     let mut engine_config = EngineConfig::single_node(config.data_dir.clone());
+    engine_config.query_runtime = Some(queries);
     engine_config.node.id = config.node_id;
     engine_config.node.voters = if config.join {
         Vec::new()

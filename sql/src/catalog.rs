@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use sluice_storage::StreamLog;
 use tokio::sync::watch;
 
+use crate::error::Result;
 use crate::table::Table;
 use crate::types::ColumnType;
 
@@ -106,6 +107,8 @@ pub struct Stream {
     advanced: watch::Sender<u64>,
     /// Frames read by scans (shows that range predicates prune).
     pub frames_read: AtomicU64,
+    /// The Arrow IPC schema message of `user_schema`, encoded once.
+    ipc_schema: std::sync::OnceLock<Vec<u8>>,
 }
 
 impl Stream {
@@ -120,7 +123,18 @@ impl Stream {
             last_ts: AtomicI64::new(last_ts),
             advanced: watch::channel(next).0,
             frames_read: AtomicU64::new(0),
+            ipc_schema: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The IPC schema message that opens an append's batch of `user_schema`
+    /// (see [`crate::insert::encode_ipc_with`]).
+    pub fn ipc_schema(&self) -> Result<&[u8]> {
+        if let Some(m) = self.ipc_schema.get() {
+            return Ok(m);
+        }
+        let m = crate::insert::ipc_schema_message(&self.user_schema)?;
+        Ok(self.ipc_schema.get_or_init(|| m))
     }
 
     pub fn name(&self) -> &str {

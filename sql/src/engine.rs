@@ -60,6 +60,9 @@ pub struct EngineConfig {
     pub node: NodeConfig,
     pub limits: Limits,
     pub segment_bytes: u64,
+    /// Where query plans run (see [`crate::executor`]); `None` runs them
+    /// on the caller's runtime.
+    pub query_runtime: Option<tokio::runtime::Handle>,
 }
 
 impl EngineConfig {
@@ -69,6 +72,7 @@ impl EngineConfig {
             data_dir,
             limits: Limits::default(),
             segment_bytes: 64 << 20,
+            query_runtime: None,
         }
     }
 }
@@ -92,6 +96,7 @@ pub struct Engine {
     /// a serialization race, so this node's retriers go one at a time and
     /// each meets only first attempts (the way a row lock queues writers).
     pub(crate) retry_lane: tokio::sync::Mutex<()>,
+    pub(crate) query_runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Engine {
@@ -124,6 +129,7 @@ impl Engine {
             tables,
             row_ids: std::sync::atomic::AtomicU64::new(node_id << 48),
             retry_lane: tokio::sync::Mutex::new(()),
+            query_runtime: config.query_runtime,
         }))
     }
 

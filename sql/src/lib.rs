@@ -18,6 +18,7 @@ pub mod command;
 pub mod copy;
 pub mod engine;
 pub mod error;
+pub mod executor;
 pub mod insert;
 pub mod notify;
 pub mod provider;

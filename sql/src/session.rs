@@ -278,7 +278,12 @@ impl Session {
     }
 
     pub fn setting(&self, name: &str) -> Option<String> {
-        self.vars.read().settings.get(&name.to_lowercase()).cloned()
+        let vars = self.vars.read();
+        if name.chars().any(char::is_uppercase) {
+            vars.settings.get(&name.to_lowercase()).cloned()
+        } else {
+            vars.settings.get(name).cloned()
+        }
     }
 
     /// A setting from the startup packet: also what RESET returns to.
@@ -385,10 +390,10 @@ impl Session {
             .map(String::as_str)
             == Some("linearizable")
         {
-            self.engine.read_barrier().await?;
+            Box::pin(self.engine.read_barrier()).await?;
         }
         match p {
-            Parsed::Query(stmt) => self.query(stmt, params).await,
+            Parsed::Query(stmt) => Box::pin(self.query(stmt, params)).await,
             Parsed::AlterCluster(change) => {
                 if matches!(self.txn, Txn::Block(_)) {
                     return Err(Error::new(
@@ -396,11 +401,11 @@ impl Session {
                         "ALTER CLUSTER cannot run inside a transaction block",
                     ));
                 }
-                self.engine.change_membership(change.clone()).await?;
+                Box::pin(self.engine.change_membership(change.clone())).await?;
                 Ok(Output::Tag("ALTER CLUSTER".into()))
             }
             Parsed::Insert(ins) if self.table(&insert_target(ins)?).is_some() => {
-                self.table_dml(p, params).await
+                Box::pin(self.table_dml(p, params)).await
             }
             Parsed::Insert(ins) => self.insert(ins, params).await,
             Parsed::Update(u) => {
@@ -409,7 +414,7 @@ impl Session {
                     other => other.to_string(),
                 };
                 if self.table(&name).is_some() {
-                    self.table_dml(p, params).await
+                    Box::pin(self.table_dml(p, params)).await
                 } else if self.engine.catalog.get(&name).is_some() {
                     Err(statement::append_only(&name))
                 } else {
@@ -462,9 +467,9 @@ impl Session {
                 ))
             }
             Parsed::Delete(d) if self.table(&dml::delete_target(d)?.0).is_some() => {
-                self.table_dml(p, params).await
+                Box::pin(self.table_dml(p, params)).await
             }
-            Parsed::Delete(d) => self.delete(d).await,
+            Parsed::Delete(d) => Box::pin(self.delete(d)).await,
             Parsed::Begin { read_only } => {
                 match self.txn {
                     Txn::Idle => {
@@ -566,7 +571,9 @@ impl Session {
                 self.end_block(false);
                 Ok(Output::Tag("ROLLBACK".into()))
             }
-            Parsed::CopyTo { query, format } => self.copy_to(query, format.clone(), params).await,
+            Parsed::CopyTo { query, format } => {
+                Box::pin(self.copy_to(query, format.clone(), params)).await
+            }
             Parsed::Declare { name, query, hold } => {
                 if !hold && matches!(self.txn, Txn::Idle) {
                     return Err(Error::new(
@@ -580,7 +587,7 @@ impl Session {
                         format!("cursor \"{name}\" already exists"),
                     ));
                 }
-                let cursor = self.open_cursor(query, params).await?;
+                let cursor = Box::pin(self.open_cursor(query, params)).await?;
                 self.cursors.insert(
                     name.clone(),
                     CursorEntry {
@@ -590,7 +597,7 @@ impl Session {
                 );
                 Ok(Output::Tag("DECLARE CURSOR".into()))
             }
-            Parsed::Fetch { name, count } => self.fetch(name, *count).await,
+            Parsed::Fetch { name, count } => Box::pin(self.fetch(name, *count)).await,
             Parsed::Close(name) => match name {
                 None => {
                     self.cursors.clear();
@@ -653,7 +660,7 @@ impl Session {
                     "SELECT name, first_offset, next_offset, bytes, segments FROM sluice_streams ORDER BY name",
                 )?;
                 match &stmt[0] {
-                    Parsed::Query(q) => self.query(q, &[]).await.map(|o| match o {
+                    Parsed::Query(q) => Box::pin(self.query(q, &[])).await.map(|o| match o {
                         Output::Rows { schema, stream, .. } => Output::Rows {
                             schema,
                             stream,
@@ -761,7 +768,8 @@ impl Session {
             .enable_round_robin_repartition = spread;
         let df = self.ctx.execute_logical_plan(plan).await?;
         let schema = pg_column_names(stmt, df.schema().as_arrow());
-        let stream = df.execute_stream().await?;
+        let stream =
+            crate::executor::execute_stream(self.engine.query_runtime.as_ref(), df).await?;
         Ok(Output::Rows {
             schema,
             stream,
@@ -883,7 +891,7 @@ impl Session {
         let max_row = self.engine.limits.max_row_bytes;
         let batch = match self.fast_values(&stream, &targets, ins, params)? {
             Some(b) => b,
-            None => self.planned_insert(&stream, ins, params).await?,
+            None => Box::pin(self.planned_insert(&stream, ins, params)).await?,
         };
         let rows = batch.num_rows();
         if rows == 0 {
@@ -906,7 +914,7 @@ impl Session {
                 } else {
                     with_row_offsets(&stream, &batch, &o.row_offsets)?
                 };
-                self.returning(&stream, full, items).await
+                Box::pin(self.returning(&stream, full, items)).await
             }
         }
     }
@@ -1003,7 +1011,11 @@ impl Session {
         stream: &Arc<Stream>,
         batch: &RecordBatch,
     ) -> Result<Option<Appended>> {
-        let ipc = insert::encode_ipc(batch)?;
+        let ipc = if *batch.schema() == *stream.user_schema {
+            insert::encode_ipc_with(stream.ipc_schema()?, batch)?
+        } else {
+            insert::encode_ipc(batch)?
+        };
         let op = Op {
             kind: Some(op::Kind::Append(Append {
                 stream: stream.name().to_string(),

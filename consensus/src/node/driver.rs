@@ -2,7 +2,7 @@
 //! transport, and runs raft-rs's Ready loop in exactly this order (see `docs/architecture.md`):
 //! send `messages` → install snapshot → apply `committed_entries` → append `entries` +
 //! HardState (one fsync if `must_sync`) → send `persisted_messages` → `advance` → LightReady
-//! (persist the commit index, send messages, apply committed entries) → `advance_apply` →
+//! (send messages, apply committed entries, then write the commit index) → `advance_apply` →
 //! maybe checkpoint → maybe build a snapshot a follower asked for.
 //!
 //! Every request (proposal, membership change, read barrier) gets a *tag*, unique on this node,
@@ -666,14 +666,16 @@ impl<SM: StateMachine> Driver<SM> {
             self.send_messages(ready.take_persisted_messages());
 
             let mut light = self.raw.advance(ready);
+            self.send_messages(light.take_messages());
+            self.apply(light.take_committed_entries())?;
             if let Some(commit) = light.commit_index() {
-                // Persist (write) the commit index before applying what it covers.
+                // Written after applying, off the path of the answers: a crash in
+                // between leaves it behind the applied index, and `LogStore::open`
+                // raises it to that on restart.
                 let written = self.raw.mut_store().set_commit(commit)?;
                 Metrics::add(&self.metrics.log_writes, 1);
                 Metrics::add(&self.metrics.log_bytes, written);
             }
-            self.send_messages(light.take_messages());
-            self.apply(light.take_committed_entries())?;
             self.raw.advance_apply();
             self.finish_reads();
 
