@@ -16,12 +16,18 @@ use futures::{SinkExt, StreamExt};
 use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::messages::response::{NotificationResponse, TransactionStatus};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
-use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
+use pgwire::tokio::server::{
+    negotiate_tls, process_error, process_message, MaybeTls, PgWireMessageServerCodec,
+};
 use sluice_sql::notify::Notification;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio_util::codec::Framed;
 
-use crate::handler::{Backend, Prepared, SessionSlot};
+use crate::handler::{Backend, Prepared, RawOut, SessionSlot};
+
+/// A client's socket with pgwire's codec.
+type Socket = Framed<MaybeTls, PgWireMessageServerCodec<Arc<Prepared>>>;
 
 /// A client must finish startup within this time.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -74,21 +80,41 @@ pub async fn serve(tcp: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
             PgWireConnectionState::CopyInProgress(extended) => extended,
             _ => msg.is_extended_query(),
         };
-        if let Err(e) = process_message(
-            msg,
-            &mut socket,
-            backend.clone(),
-            backend.clone(),
-            backend.clone(),
-            backend.clone(),
-            backend.clone(),
-        )
-        .await
-        {
+        // queries and executes outside startup, COPY FROM and an error's wait for Sync
+        // are served here, where the socket's type is known: COPY TO data goes to it whole
+        let serving = matches!(
+            socket.state(),
+            PgWireConnectionState::ReadyForQuery | PgWireConnectionState::QueryInProgress
+        );
+        let result = match msg {
+            PgWireFrontendMessage::Query(q) if serving => {
+                backend.simple_query(&mut socket, q, Some(raw_out)).await
+            }
+            PgWireFrontendMessage::Execute(e) if serving => {
+                backend.execute(&mut socket, e, Some(raw_out)).await
+            }
+            msg => {
+                process_message(
+                    msg,
+                    &mut socket,
+                    backend.clone(),
+                    backend.clone(),
+                    backend.clone(),
+                    backend.clone(),
+                    backend.clone(),
+                )
+                .await
+            }
+        };
+        if let Err(e) = result {
             process_error(&mut socket, e, is_extended).await?;
         }
     }
     Ok(())
+}
+
+fn raw_out(socket: &mut Socket) -> &mut dyn RawOut {
+    socket
 }
 
 async fn next_notification(rx: &mut Option<mpsc::Receiver<Notification>>) -> Option<Notification> {

@@ -431,17 +431,19 @@ pub fn encode_text(
             })
         }
         ColumnType::Int2 | ColumnType::Int4 | ColumnType::Int8 => {
-            let v = int_value(col, r).ok_or_else(|| mismatch(ty, col))?;
-            out.put_slice(itoa::Buffer::new().format(v).as_bytes());
+            let mut digits = itoa::Buffer::new();
+            // bigint, the common case, without widening
+            let text = match col.as_primitive_opt::<arrow::datatypes::Int64Type>() {
+                Some(a) => digits.format(a.value(r)),
+                None => digits.format(int_value(col, r).ok_or_else(|| mismatch(ty, col))?),
+            };
+            out.put_slice(text.as_bytes());
         }
         ColumnType::Float4 | ColumnType::Float8 => {
             let v = float_value(col, r).ok_or_else(|| mismatch(ty, col))?;
-            let text = if matches!(ty, ColumnType::Float4) {
-                format_float(v as f32 as f64, true)
-            } else {
-                format_float(v, false)
-            };
-            out.put_slice(text.as_bytes());
+            let single = matches!(ty, ColumnType::Float4);
+            let v = if single { v as f32 as f64 } else { v };
+            write_float(v, single, out).map_err(|e| e.to_string())?;
         }
         ColumnType::Numeric(_) => {
             let (v, scale) = decimal_value(col, r).ok_or_else(|| mismatch(ty, col))?;
@@ -574,15 +576,20 @@ fn format_timestamptz(micros: i64, ctx: &OutputContext) -> String {
 /// PostgreSQL's float output (shortest round-trip digits, exponent past
 /// 1e15 or below 1e-4).
 pub fn format_float(v: f64, single: bool) -> String {
+    let mut s = String::new();
+    // writing to a String cannot fail
+    let _ = write_float(v, single, &mut s);
+    s
+}
+
+/// [`format_float`] into `out`, without an intermediate string for the
+/// plain (non-exponent) form.
+pub fn write_float(v: f64, single: bool, out: &mut impl std::fmt::Write) -> std::fmt::Result {
     if v.is_nan() {
-        return "NaN".into();
+        return out.write_str("NaN");
     }
     if v.is_infinite() {
-        return if v > 0.0 {
-            "Infinity".into()
-        } else {
-            "-Infinity".into()
-        };
+        return out.write_str(if v > 0.0 { "Infinity" } else { "-Infinity" });
     }
     let abs = v.abs();
     let threshold = if single { 1e6 } else { 1e15 };
@@ -593,18 +600,20 @@ pub fn format_float(v: f64, single: bool) -> String {
             format!("{v:e}")
         };
         // Rust: 1.5e-5 / 1e21 ; PostgreSQL: 1.5e-05 / 1e+21
-        if let Some((m, exp)) = e.split_once('e') {
-            let (sign, digits) = match exp.strip_prefix('-') {
-                Some(d) => ('-', d),
-                None => ('+', exp),
-            };
-            return format!("{m}e{sign}{digits:0>2}");
+        match e.split_once('e') {
+            Some((m, exp)) => {
+                let (sign, digits) = match exp.strip_prefix('-') {
+                    Some(d) => ('-', d),
+                    None => ('+', exp),
+                };
+                write!(out, "{m}e{sign}{digits:0>2}")
+            }
+            None => out.write_str(&e),
         }
-        e
     } else if single {
-        format!("{}", v as f32)
+        write!(out, "{}", v as f32)
     } else {
-        format!("{v}")
+        write!(out, "{v}")
     }
 }
 

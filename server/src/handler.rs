@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use async_trait::async_trait;
+use bytes::BytesMut;
 use futures::{Sink, SinkExt, StreamExt};
 use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
@@ -43,9 +44,11 @@ use sluice_sql::error::sqlstate;
 use sluice_sql::session::Description;
 use sluice_sql::statement::{self, Parsed};
 use sluice_sql::{Engine, Output, PendingCopy, Session};
+use tokio::io::AsyncWrite;
 use tokio::sync::{watch, Mutex};
+use tokio_util::codec::Framed;
 
-use crate::copy_out::CopyEncoder;
+use crate::copy_out::CopyOut;
 use crate::encode::{field_infos, pg_type, OutputContext, RowEncoder};
 use crate::params;
 
@@ -352,57 +355,17 @@ fn to_response<C: ClientInfo>(
             schema,
             format,
             stream,
+            live,
         } => {
-            let mut enc = CopyEncoder::new(&schema, format, ctx);
-            let code = enc.format_code();
-            // PostgreSQL sends the format header inside the first row's
-            // message; with no rows at all it goes out alone at the end
-            let (separate, merged) = match enc.header(&schema) {
-                Some(h) if code == 1 => (None, Some(h)),
-                other => (other, None),
-            };
-            let separate: Vec<PgWireResult<CopyData>> = separate
-                .map(|h| Ok(CopyData::new(h.freeze())))
-                .into_iter()
-                .collect();
-            let header = Arc::new(std::sync::Mutex::new(merged));
-            let first = header.clone();
-            let body = stream
-                .map(move |batch| {
-                    let rows: Vec<PgWireResult<CopyData>> = match batch {
-                        Ok(b) => match enc.encode_rows(&b) {
-                            Ok(rows) => rows
-                                .into_iter()
-                                .map(|r| {
-                                    let pending = first.lock().ok().and_then(|mut h| h.take());
-                                    let msg = match pending {
-                                        Some(mut h) => {
-                                            h.extend_from_slice(&r);
-                                            h
-                                        }
-                                        None => r,
-                                    };
-                                    Ok(CopyData::new(msg.freeze()))
-                                })
-                                .collect(),
-                            Err(e) => vec![Err(user_error(sluice_sql::Error::internal(e)))],
-                        },
-                        Err(e) => vec![Err(user_error(sluice_sql::Error::from(e)))],
-                    };
-                    futures::stream::iter(rows)
-                })
-                .flatten();
-            let leftover = futures::stream::once(async move {
-                header
-                    .lock()
-                    .ok()
-                    .and_then(|mut h| h.take())
-                    .map(|h| Ok(CopyData::new(h.freeze())))
-            })
-            .filter_map(futures::future::ready);
-            let columns = schema.fields().len();
-            let data = futures::stream::iter(separate).chain(body).chain(leftover);
-            Response::CopyOut(CopyResponse::new(code, columns, data))
+            let copy = CopyOut::new(&schema, format, stream, live, ctx, None);
+            let data = copy.frames.flat_map(|frames| {
+                let messages: Vec<PgWireResult<CopyData>> = match frames {
+                    Ok(f) => f.messages().map(|m| Ok(CopyData::new(m))).collect(),
+                    Err(e) => vec![Err(e)],
+                };
+                futures::stream::iter(messages)
+            });
+            Response::CopyOut(CopyResponse::new(copy.format, copy.columns, data))
         }
         Output::CopyIn(pending) => {
             let columns = pending.columns();
@@ -446,55 +409,103 @@ fn output_context(session: &Session) -> OutputContext {
     OutputContext::new(session.setting("timezone").as_deref().unwrap_or("UTC"))
 }
 
+/// Direct access to a connection's outgoing bytes: COPY data framed in
+/// advance goes out whole instead of through pgwire's encoder a row at a
+/// time (one copy of every row and a 8 KiB write at a time).
+pub trait RawOut: Send {
+    /// Bytes queued for the socket (pgwire's write buffer).
+    fn write_buffer(&mut self) -> &mut BytesMut;
+    /// The socket, for bytes written once that buffer is flushed.
+    fn socket(&mut self) -> &mut (dyn AsyncWrite + Unpin + Send);
+}
+
+impl<T, U> RawOut for Framed<T, U>
+where
+    T: AsyncWrite + Unpin + Send,
+    U: Send,
+{
+    fn write_buffer(&mut self) -> &mut BytesMut {
+        self.write_buffer_mut()
+    }
+
+    fn socket(&mut self) -> &mut (dyn AsyncWrite + Unpin + Send) {
+        self.get_mut()
+    }
+}
+
+/// How handlers generic over their client reach [`RawOut`] when the caller
+/// knows the client is one (the connection loop does; pgwire's trait
+/// methods cannot say so and pass `None`).
+pub type RawAccess<C> = fn(&mut C) -> &mut dyn RawOut;
+
+/// Framed COPY data at least this large is written to the socket directly;
+/// smaller pieces (a tail's rows) gather in the write buffer.
+const DIRECT_WRITE: usize = 64 << 10;
+
 /// Send a COPY TO stream: CopyOutResponse, one CopyData per row, CopyDone
 /// and CommandComplete. An error mid-stream (cancel, dropped stream) is
 /// returned for the caller to report as an ErrorResponse: the COPY simply
 /// ends, as it does in PostgreSQL.
-async fn send_copy_out<C>(client: &mut C, resp: CopyResponse) -> PgWireResult<()>
+async fn send_copy_out<C>(
+    client: &mut C,
+    copy: CopyOut,
+    raw: Option<RawAccess<C>>,
+) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     use pgwire::messages::copy::{CopyDone as Done, CopyOutResponse};
-    let formats = resp.column_formats();
-    let CopyResponse {
+    use tokio::io::AsyncWriteExt;
+    let CopyOut {
         format,
         columns,
-        mut data_stream,
-        ..
-    } = resp;
+        mut frames,
+    } = copy;
     client
-        .send(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+        .feed(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
             format,
             columns as i16,
-            formats,
+            vec![format as i16; columns],
         )))
         .await?;
     let mut rows = 0usize;
-    let binary = format == 1;
-    // Rows are fed into the connection's write buffer (which writes itself out as it fills)
-    // and flushed whenever the stream has nothing ready: a history scan goes out in large
-    // writes, a tail's row goes out as soon as it is produced.
+    // Rows go out as soon as nothing more is ready: a history scan goes out in large
+    // writes, a tail's row at once.
     // The first poll runs with this task's own waker (`poll!`), never a no-op one: a tail waits
     // on channels and timers that must be able to wake us while the flush is in progress.
     loop {
-        let next = match futures::poll!(data_stream.next()) {
+        let next = match futures::poll!(frames.next()) {
             Poll::Ready(next) => next,
             Poll::Pending => {
                 client.flush().await?;
-                data_stream.next().await
+                frames.next().await
             }
         };
         let Some(chunk) = next else { break };
         let chunk = chunk?;
-        let is_marker = binary
-            && (chunk.data.starts_with(crate::copy_out::BINARY_HEADER)
-                || chunk.data.as_ref() == [0xff, 0xff]);
-        if !is_marker && !chunk.data.is_empty() {
-            rows += 1;
+        rows += chunk.rows;
+        match raw {
+            Some(raw) if chunk.bytes.len() >= DIRECT_WRITE => {
+                client.flush().await?;
+                raw(client).socket().write_all(&chunk.bytes).await?;
+            }
+            Some(raw) => {
+                let buffer = raw(client).write_buffer();
+                buffer.extend_from_slice(&chunk.bytes);
+                if buffer.len() >= DIRECT_WRITE {
+                    client.flush().await?;
+                }
+            }
+            None => {
+                for message in chunk.messages() {
+                    client
+                        .feed(PgWireBackendMessage::CopyData(CopyData::new(message)))
+                        .await?;
+                }
+            }
         }
-        client.feed(PgWireBackendMessage::CopyData(chunk)).await?;
     }
     client
         .feed(PgWireBackendMessage::CopyDone(Done::new()))
@@ -516,16 +527,17 @@ fn wire_status(s: sluice_sql::TxnStatus) -> pgwire::messages::response::Transact
     }
 }
 
-#[async_trait]
-impl SimpleQueryHandler for Backend {
+impl Backend {
     /// The simple query protocol, driven here rather than by pgwire so that
     /// results go out as each statement produces them, COPY TO streams end
     /// with a proper ErrorResponse, a cancel request interrupts execution,
-    /// and the transaction status comes from the session itself.
-    async fn on_query<C>(
+    /// and the transaction status comes from the session itself. With
+    /// `raw`, COPY TO data goes straight to the socket.
+    pub async fn simple_query<C>(
         &self,
         client: &mut C,
         query: pgwire::messages::simplequery::Query,
+        raw: Option<RawAccess<C>>,
     ) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -561,12 +573,24 @@ impl SimpleQueryHandler for Backend {
         for out in outputs {
             let result = match out {
                 Err(e) => Err(user_error(e)),
+                Ok(Output::CopyOut {
+                    schema,
+                    format,
+                    stream,
+                    live,
+                }) => {
+                    let runtime = self.engine.query_runtime();
+                    let copy = CopyOut::new(&schema, format, stream, live, ctx.clone(), runtime);
+                    Box::pin(send_copy_out(client, copy, raw)).await
+                }
                 Ok(out) => match to_response(client, out, &Format::UnifiedText, ctx.clone()) {
                     Response::Query(r) => send_query_response(client, r, true).await,
                     Response::Execution(t)
                     | Response::TransactionStart(t)
                     | Response::TransactionEnd(t) => send_execution_response(client, t).await,
-                    Response::CopyOut(r) => Box::pin(send_copy_out(client, r)).await,
+                    Response::CopyOut(_) => Err(user_error(sluice_sql::Error::internal(
+                        "COPY TO data outside a COPY statement",
+                    ))),
                     Response::CopyIn(r) => {
                         copy_in = true;
                         pgwire::api::copy::send_copy_in_response(client, r).await
@@ -603,6 +627,111 @@ impl SimpleQueryHandler for Backend {
         client.set_state(PgWireConnectionState::ReadyForQuery);
         client.set_transaction_status(status);
         send_ready_for_query(client, status).await
+    }
+}
+
+impl Backend {
+    /// Execute: COPY TO and row-limited fetches are served here, the rest
+    /// by pgwire's default (which calls `do_query`). With `raw`, COPY TO
+    /// data goes straight to the socket.
+    pub async fn execute<C>(
+        &self,
+        client: &mut C,
+        message: Execute,
+        raw: Option<RawAccess<C>>,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+        let portal = match client.portal_store().get_portal(name) {
+            Some(pgwire::api::store::Entry::Value(p)) => p,
+            _ => return self._on_execute(client, message).await,
+        };
+        if matches!(portal.statement.statement.parsed, Parsed::CopyTo { .. }) {
+            let values = bind_params(&portal)?;
+            let session = session_of(client)?;
+            let mut s = session.lock().await;
+            let out = s.execute(&portal.statement.statement.parsed, &values).await;
+            let ctx = output_context(&s);
+            drop(s);
+            return match out.map_err(user_error)? {
+                Output::CopyOut {
+                    schema,
+                    format,
+                    stream,
+                    live,
+                } => {
+                    let runtime = self.engine.query_runtime();
+                    let copy = CopyOut::new(&schema, format, stream, live, ctx, runtime);
+                    Box::pin(send_copy_out(client, copy, raw)).await
+                }
+                _ => Err(user_error(sluice_sql::Error::internal(
+                    "COPY TO produced no COPY data",
+                ))),
+            };
+        }
+        let max_rows = message.max_rows.max(0) as usize;
+        if max_rows == 0 || !matches!(portal.statement.statement.parsed, Parsed::Query(_)) {
+            return self._on_execute(client, message).await;
+        }
+        let values = bind_params(&portal)?;
+        let key = Arc::as_ptr(&portal.state) as usize;
+        let session = session_of(client)?;
+        let mut s = session.lock().await;
+        let fetched =
+            Box::pin(s.portal_fetch(key, &portal.statement.statement.parsed, &values, max_rows))
+                .await;
+        let ctx = output_context(&s);
+        drop(s);
+        let Some((schema, batches, more)) = fetched.map_err(user_error)? else {
+            return self._on_execute(client, message).await;
+        };
+        let fields: Vec<FieldInfo> =
+            field_infos(&schema, |i| portal.result_column_format.format_for(i));
+        let encoder = RowEncoder::new(&fields, &schema, ctx);
+        let mut n = 0;
+        for b in &batches {
+            for row in encoder
+                .encode_batch(b)
+                .map_err(|e| user_error(sluice_sql::Error::internal(e)))?
+            {
+                client.feed(PgWireBackendMessage::DataRow(row)).await?;
+                n += 1;
+            }
+        }
+        if more {
+            client
+                .send(PgWireBackendMessage::PortalSuspended(PortalSuspended::new()))
+                .await?;
+        } else {
+            client
+                .send(PgWireBackendMessage::CommandComplete(
+                    Tag::new("SELECT").with_rows(n).into(),
+                ))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Backend {
+    async fn on_query<C>(
+        &self,
+        client: &mut C,
+        query: pgwire::messages::simplequery::Query,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self.simple_query(client, query, None).await
     }
 
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
@@ -896,71 +1025,7 @@ impl ExtendedQueryHandler for Backend {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
-        let portal = match client.portal_store().get_portal(name) {
-            Some(pgwire::api::store::Entry::Value(p)) => p,
-            _ => return self._on_execute(client, message).await,
-        };
-        if matches!(portal.statement.statement.parsed, Parsed::CopyTo { .. }) {
-            let values = bind_params(&portal)?;
-            let session = session_of(client)?;
-            let mut s = session.lock().await;
-            let out = s.execute(&portal.statement.statement.parsed, &values).await;
-            let ctx = output_context(&s);
-            drop(s);
-            return match to_response(
-                client,
-                out.map_err(user_error)?,
-                &portal.result_column_format,
-                ctx,
-            ) {
-                Response::CopyOut(r) => Box::pin(send_copy_out(client, r)).await,
-                _ => Err(user_error(sluice_sql::Error::internal(
-                    "COPY TO produced no COPY data",
-                ))),
-            };
-        }
-        let max_rows = message.max_rows.max(0) as usize;
-        if max_rows == 0 || !matches!(portal.statement.statement.parsed, Parsed::Query(_)) {
-            return self._on_execute(client, message).await;
-        }
-        let values = bind_params(&portal)?;
-        let key = Arc::as_ptr(&portal.state) as usize;
-        let session = session_of(client)?;
-        let mut s = session.lock().await;
-        let fetched =
-            Box::pin(s.portal_fetch(key, &portal.statement.statement.parsed, &values, max_rows))
-                .await;
-        let ctx = output_context(&s);
-        drop(s);
-        let Some((schema, batches, more)) = fetched.map_err(user_error)? else {
-            return self._on_execute(client, message).await;
-        };
-        let fields: Vec<FieldInfo> =
-            field_infos(&schema, |i| portal.result_column_format.format_for(i));
-        let encoder = RowEncoder::new(&fields, &schema, ctx);
-        let mut n = 0;
-        for b in &batches {
-            for row in encoder
-                .encode_batch(b)
-                .map_err(|e| user_error(sluice_sql::Error::internal(e)))?
-            {
-                client.feed(PgWireBackendMessage::DataRow(row)).await?;
-                n += 1;
-            }
-        }
-        if more {
-            client
-                .send(PgWireBackendMessage::PortalSuspended(PortalSuspended::new()))
-                .await?;
-        } else {
-            client
-                .send(PgWireBackendMessage::CommandComplete(
-                    Tag::new("SELECT").with_rows(n).into(),
-                ))
-                .await?;
-        }
-        Ok(())
+        self.execute(client, message, None).await
     }
 
     async fn do_query<C>(

@@ -133,6 +133,11 @@ impl Engine {
         }))
     }
 
+    /// The runtime queries run on (see [`crate::executor`]), if the server gave one.
+    pub fn query_runtime(&self) -> Option<&tokio::runtime::Handle> {
+        self.query_runtime.as_ref()
+    }
+
     /// Wait until everything already in the Raft log is applied (recovery
     /// replays it in the background): a command with no ops goes through
     /// the log, and when it is applied so is everything before it. Serve

@@ -8,7 +8,8 @@
 //! that run in parallel). So the server gives the engine a separate
 //! runtime for queries ([`crate::EngineConfig::query_runtime`]) and a
 //! query's stream is produced there and handed over through a bounded
-//! channel of [`HANDOFF_BATCHES`] batches.
+//! channel of [`HANDOFF_BATCHES`] batches. [`spawn_stream`] does the same
+//! for any stream (the server encodes COPY data there).
 //!
 //! Invariants: the consumer's stream owns the producing task, so dropping
 //! the stream (a client that disconnects or cancels) aborts the query;
@@ -19,7 +20,7 @@
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -39,33 +40,52 @@ pub async fn execute_stream(
         return Ok(df.execute_stream().await?);
     };
     let (started_tx, started_rx) = oneshot::channel();
-    let (tx, mut rx) = mpsc::channel(HANDOFF_BATCHES);
-    let task = runtime.spawn(async move {
-        let mut stream = match df.execute_stream().await {
+    let batches = futures::stream::once(async move {
+        match df.execute_stream().await {
             Ok(s) => {
                 let _ = started_tx.send(Ok(s.schema()));
-                s
+                s.left_stream()
             }
             Err(e) => {
                 let _ = started_tx.send(Err(e));
-                return;
+                futures::stream::empty().right_stream()
             }
-        };
-        while let Some(batch) = stream.next().await {
-            if tx.send(batch).await.is_err() {
+        }
+    })
+    .flatten();
+    let batches = spawn_stream(runtime, batches, HANDOFF_BATCHES);
+    let schema = started_rx
+        .await
+        .map_err(|_| Error::internal("the query task ended before it started"))??;
+    Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+}
+
+/// Polls `stream` in a task on `runtime` and hands its items over through a
+/// channel of `capacity`: the producer runs at most that far ahead, and
+/// dropping the returned stream aborts the task.
+pub fn spawn_stream<S>(
+    runtime: &Handle,
+    stream: S,
+    capacity: usize,
+) -> impl Stream<Item = S::Item> + Send + 'static
+where
+    S: Stream + Send + 'static,
+    S::Item: Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel(capacity.max(1));
+    let task = runtime.spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            if tx.send(item).await.is_err() {
                 return; // the consumer is gone
             }
         }
     });
     let abort = AbortOnDrop(task);
-    let schema = started_rx
-        .await
-        .map_err(|_| Error::internal("the query task ended before it started"))??;
-    let batches = futures::stream::poll_fn(move |cx| {
+    futures::stream::poll_fn(move |cx| {
         let _owned = &abort;
         rx.poll_recv(cx)
-    });
-    Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+    })
 }
 
 /// Aborts the producing task when the consumer's stream is dropped.

@@ -64,11 +64,15 @@ pub enum Output {
     Tag(String),
     /// The client must now send COPY data; finish with [`Session::finish_copy`].
     CopyIn(PendingCopy),
-    /// Rows to send as COPY data (a tail never ends by itself).
+    /// Rows to send as COPY data.
     CopyOut {
         schema: SchemaRef,
         format: CopyFormat,
         stream: SendableRecordBatchStream,
+        /// A tail: rows come as they commit and it never ends by itself;
+        /// each should reach the client at once. Otherwise a snapshot,
+        /// best sent in bulk.
+        live: bool,
     },
 }
 

@@ -74,6 +74,7 @@ impl Session {
                 schema,
                 format,
                 stream: tail.into_stream(self.cancel_watch()),
+                live: true,
             });
         }
         match self
@@ -84,6 +85,7 @@ impl Session {
                 schema,
                 format,
                 stream,
+                live: false,
             }),
             _ => Err(Error::internal("COPY query produced no rows")),
         }
