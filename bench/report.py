@@ -30,6 +30,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -302,9 +303,20 @@ def results_markdown(run: Run, stamp: str, summary: str, limits: str) -> str:
     by_label: dict[str, list[Record]] = defaultdict(list)
     for r in run.all("sweep"):
         label = r.get("label")
+        if label == "one":
+            continue
         by_label["sluice" if label in ("sluice", "postgres") else str(label)].append(r)
     for label, recs in by_label.items():
         section(sweep_section_title(label), sweep_table(recs))
+    pairs = one_connection_pairs(run)
+    if pairs:
+        section(
+            "One connection, single-row INSERT 1 KiB: alternating runs",
+            one_connection_table(pairs),
+            "Sluice and PostgreSQL take turns (Sluice first in each pair), so both meet the disk in the "
+            "same moments; at one connection each row waits for its own fdatasync, and this VM's fsync "
+            "time drifts within minutes. The target row uses the median ratio of the pairs.",
+        )
 
     lat = run.all("latency")
     if lat:
@@ -473,20 +485,44 @@ def rows_group_commit(run: Run) -> list[Row]:
 
     _, s_frac, s_text = at_128("sluice")
     _, _, p_text = at_128("postgres")
-    s1 = run.one("sweep", label="sluice", size=1024, connections=1)
-    p1 = run.one("sweep", label="postgres", size=1024, connections=1)
-    r1 = ratio(s1 and s1.get("rows_per_sec"), p1 and p1.get("rows_per_sec"))
+    pairs = one_connection_pairs(run)
+    if pairs:
+        # the median of alternating runs (see one_connection_table)
+        r1 = statistics.median(r for _, _, r in pairs)
+        s_text1 = f"{fmt_rows(statistics.median(s for s, _, _ in pairs))} median of {len(pairs)}"
+        p_text1 = f"{fmt_rows(statistics.median(p for _, p, _ in pairs))} median of {len(pairs)}"
+        what = "single-row INSERT 1 KiB, 1 connection (alternating runs, median ratio)"
+    else:
+        s1 = run.one("sweep", label="sluice", size=1024, connections=1)
+        p1 = run.one("sweep", label="postgres", size=1024, connections=1)
+        r1 = ratio(s1 and s1.get("rows_per_sec"), p1 and p1.get("rows_per_sec"))
+        s_text1 = or_missing(s1, lambda x: fmt_rows(x.get("rows_per_sec")))
+        p_text1 = or_missing(p1, lambda x: fmt_rows(x.get("rows_per_sec")))
+        what = "single-row INSERT 1 KiB, 1 connection"
     return [
         Row("group commit: single-row INSERT 1 KiB, 128 connections vs best of the sweep",
             s_text, p_text, fmt_pct(s_frac) + " of best" if s_frac is not None else DASH,
             "≥ 90% of best", met(at_least(s_frac, 0.9))),
-        Row("single-row INSERT 1 KiB, 1 connection",
-            or_missing(s1, lambda x: fmt_rows(x.get("rows_per_sec"))),
-            or_missing(p1, lambda x: fmt_rows(x.get("rows_per_sec"))),
-            fmt_ratio(r1), "≥ 0.67 (within 1.5x)",
+        Row(what, s_text1, p_text1, fmt_ratio(r1), "≥ 0.67 (within 1.5x)",
             # within 1.5x of PostgreSQL: sluice/pg ≥ 1/1.5
             met(at_least(r1, 1 / 1.5 - 1e-9))),
     ]
+
+
+def one_connection_pairs(run: Run) -> list[tuple[float, float, float]]:
+    """(Sluice rows/s, PostgreSQL rows/s, ratio) of each alternating pair of
+    one-connection runs (label `one`, Sluice first in each pair)."""
+    s = [num(r.get("rows_per_sec")) for r in run.all("sweep", label="one", target="sluice")]
+    p = [num(r.get("rows_per_sec")) for r in run.all("sweep", label="one", target="postgres")]
+    return [(a, b, a / b) for a, b in zip(s, p) if a is not None and b]
+
+
+def one_connection_table(pairs: list[tuple[float, float, float]]) -> str:
+    rows = [[str(i + 1), fmt_int(a), fmt_int(b), fmt_ratio(r)] for i, (a, b, r) in enumerate(pairs)]
+    rows.append(["median", fmt_int(statistics.median(a for a, _, _ in pairs)),
+                 fmt_int(statistics.median(b for _, b, _ in pairs)),
+                 fmt_ratio(statistics.median(r for _, _, r in pairs))])
+    return md_table(["run", "Sluice rows/s", f"{PG_NAME} rows/s", "Sluice ÷ PG"], rows)
 
 
 def rows_ingest(run: Run) -> list[Row]:
