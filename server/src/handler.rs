@@ -351,13 +351,11 @@ fn to_response<C: ClientInfo>(
                 _ => Response::Execution(tag),
             }
         }
-        Output::CopyOut {
-            schema,
-            format,
-            stream,
-            live,
-        } => {
-            let copy = CopyOut::new(&schema, format, stream, live, ctx, None);
+        out @ Output::CopyOut { .. } => {
+            let copy = match copy_out_of(out, ctx, None) {
+                Ok(copy) => copy,
+                Err(_) => return Response::Error(Box::new(error_info(internal_copy()))),
+            };
             let data = copy.frames.flat_map(|frames| {
                 let messages: Vec<PgWireResult<CopyData>> = match frames {
                     Ok(f) => f.messages().map(|m| Ok(CopyData::new(m))).collect(),
@@ -407,6 +405,29 @@ fn query_response(
 
 fn output_context(session: &Session) -> OutputContext {
     OutputContext::new(session.setting("timezone").as_deref().unwrap_or("UTC"))
+}
+
+/// A statement's COPY TO data, ready to send (encoded on `runtime` unless
+/// a tail), or the output back if it is something else.
+fn copy_out_of(
+    out: Output,
+    ctx: OutputContext,
+    runtime: Option<&tokio::runtime::Handle>,
+) -> Result<CopyOut, Output> {
+    match out {
+        Output::CopyOut {
+            schema,
+            format,
+            stream,
+            live,
+        } => Ok(CopyOut::new(&schema, format, stream, live, ctx, runtime)),
+        other => Err(other),
+    }
+}
+
+/// COPY TO data where the statement was not a COPY TO, or the reverse.
+fn internal_copy() -> sluice_sql::Error {
+    sluice_sql::Error::internal("COPY TO data and statement do not match")
 }
 
 /// Direct access to a connection's outgoing bytes: COPY data framed in
@@ -573,38 +594,29 @@ impl Backend {
         for out in outputs {
             let result = match out {
                 Err(e) => Err(user_error(e)),
-                Ok(Output::CopyOut {
-                    schema,
-                    format,
-                    stream,
-                    live,
-                }) => {
-                    let runtime = self.engine.query_runtime();
-                    let copy = CopyOut::new(&schema, format, stream, live, ctx.clone(), runtime);
-                    Box::pin(send_copy_out(client, copy, raw)).await
-                }
-                Ok(out) => match to_response(client, out, &Format::UnifiedText, ctx.clone()) {
-                    Response::Query(r) => send_query_response(client, r, true).await,
-                    Response::Execution(t)
-                    | Response::TransactionStart(t)
-                    | Response::TransactionEnd(t) => send_execution_response(client, t).await,
-                    Response::CopyOut(_) => Err(user_error(sluice_sql::Error::internal(
-                        "COPY TO data outside a COPY statement",
-                    ))),
-                    Response::CopyIn(r) => {
-                        copy_in = true;
-                        pgwire::api::copy::send_copy_in_response(client, r).await
-                    }
-                    Response::EmptyQuery => client
-                        .feed(PgWireBackendMessage::EmptyQueryResponse(
-                            EmptyQueryResponse::new(),
-                        ))
-                        .await
-                        .map_err(Into::into),
-                    Response::Error(e) => Err(PgWireError::UserError(e)),
-                    Response::CopyBoth(_) => {
-                        Err(user_error(sluice_sql::Error::unsupported("COPY BOTH")))
-                    }
+                Ok(out) => match copy_out_of(out, ctx.clone(), self.engine.query_runtime()) {
+                    Ok(copy) => Box::pin(send_copy_out(client, copy, raw)).await,
+                    Err(out) => match to_response(client, out, &Format::UnifiedText, ctx.clone()) {
+                        Response::Query(r) => send_query_response(client, r, true).await,
+                        Response::Execution(t)
+                        | Response::TransactionStart(t)
+                        | Response::TransactionEnd(t) => send_execution_response(client, t).await,
+                        Response::CopyOut(_) => Err(user_error(internal_copy())),
+                        Response::CopyIn(r) => {
+                            copy_in = true;
+                            pgwire::api::copy::send_copy_in_response(client, r).await
+                        }
+                        Response::EmptyQuery => client
+                            .feed(PgWireBackendMessage::EmptyQueryResponse(
+                                EmptyQueryResponse::new(),
+                            ))
+                            .await
+                            .map_err(Into::into),
+                        Response::Error(e) => Err(PgWireError::UserError(e)),
+                        Response::CopyBoth(_) => {
+                            Err(user_error(sluice_sql::Error::unsupported("COPY BOTH")))
+                        }
+                    },
                 },
             };
             if let Err(e) = result {
@@ -658,20 +670,10 @@ impl Backend {
             let out = s.execute(&portal.statement.statement.parsed, &values).await;
             let ctx = output_context(&s);
             drop(s);
-            return match out.map_err(user_error)? {
-                Output::CopyOut {
-                    schema,
-                    format,
-                    stream,
-                    live,
-                } => {
-                    let runtime = self.engine.query_runtime();
-                    let copy = CopyOut::new(&schema, format, stream, live, ctx, runtime);
-                    Box::pin(send_copy_out(client, copy, raw)).await
-                }
-                _ => Err(user_error(sluice_sql::Error::internal(
-                    "COPY TO produced no COPY data",
-                ))),
+            let out = out.map_err(user_error)?;
+            return match copy_out_of(out, ctx, self.engine.query_runtime()) {
+                Ok(copy) => Box::pin(send_copy_out(client, copy, raw)).await,
+                Err(_) => Err(user_error(internal_copy())),
             };
         }
         let max_rows = message.max_rows.max(0) as usize;
