@@ -80,8 +80,9 @@ pub async fn serve(tcp: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
             PgWireConnectionState::CopyInProgress(extended) => extended,
             _ => msg.is_extended_query(),
         };
-        // queries and executes outside startup, COPY FROM and an error's wait for Sync
-        // are served here, where the socket's type is known: COPY TO data goes to it whole
+        // Query and Execute (in the states where pgwire would hand them to the query
+        // handlers) are served here, where the socket's type is known, so COPY TO data
+        // can go to it whole; every other message goes through pgwire.
         let serving = matches!(
             socket.state(),
             PgWireConnectionState::ReadyForQuery | PgWireConnectionState::QueryInProgress

@@ -26,7 +26,7 @@ use crate::encode::{
     column_encoding, encode_binary, encode_text, plain_text, ColumnEncoding, OutputContext,
 };
 
-pub const BINARY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0";
+const BINARY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0";
 /// Upper bound of the buffer reserved up front for one batch's rows.
 const MAX_BATCH_PREALLOC: usize = 16 << 20;
 /// Bytes of a message's frame: the tag and the length.
@@ -34,7 +34,7 @@ const FRAME: usize = 5;
 
 /// CopyData messages framed for the wire (`'d'`, length, data), and how
 /// many of them are rows (a CSV header or the binary trailer is not).
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct Frames {
     pub bytes: Bytes,
     pub rows: usize,
@@ -54,18 +54,20 @@ impl Frames {
     }
 }
 
-/// Writes one framed message: `body` fills it after the length.
-fn framed(
-    out: &mut BytesMut,
-    body: impl FnOnce(&mut BytesMut) -> Result<(), String>,
-) -> Result<(), String> {
+/// Starts a framed message in `out`: the tag and a length that
+/// [`close_frame`] fills in. Returns where the message starts.
+fn open_frame(out: &mut BytesMut) -> usize {
     let at = out.len();
     out.put_u8(b'd');
     out.put_i32(0);
-    body(out)?;
+    at
+}
+
+/// Ends the message [`open_frame`] started at `at`: everything written
+/// since is its data.
+fn close_frame(out: &mut BytesMut, at: usize) {
     let len = (out.len() - at - 1) as i32;
     out[at + 1..at + FRAME].copy_from_slice(&len.to_be_bytes());
-    Ok(())
 }
 
 pub struct CopyEncoder {
@@ -135,20 +137,19 @@ impl CopyEncoder {
         let mut header = self.header.take();
         if !binary {
             if let Some(h) = header.take() {
-                framed(&mut out, |o| {
-                    o.put_slice(&h);
-                    Ok(())
-                })?;
+                let at = open_frame(&mut out);
+                out.put_slice(&h);
+                close_frame(&mut out, at);
             }
         }
         let mut field = BytesMut::new();
         for r in 0..n {
-            framed(&mut out, |o| {
-                if let Some(h) = header.take() {
-                    o.put_slice(&h);
-                }
-                self.encode_row(batch, r, &mut field, o)
-            })?;
+            let at = open_frame(&mut out);
+            if let Some(h) = header.take() {
+                out.put_slice(&h);
+            }
+            self.encode_row(batch, r, &mut field, &mut out)?;
+            close_frame(&mut out, at);
         }
         Ok(Frames {
             bytes: out.freeze(),
@@ -165,16 +166,15 @@ impl CopyEncoder {
             return None;
         }
         let mut out = BytesMut::new();
-        let written = framed(&mut out, |o| {
-            if let Some(h) = header {
-                o.put_slice(&h);
-            }
-            if binary {
-                o.put_i16(-1);
-            }
-            Ok(())
-        });
-        written.ok().map(|()| Frames {
+        let at = open_frame(&mut out);
+        if let Some(h) = header {
+            out.put_slice(&h);
+        }
+        if binary {
+            out.put_i16(-1);
+        }
+        close_frame(&mut out, at);
+        Some(Frames {
             bytes: out.freeze(),
             rows: 0,
         })

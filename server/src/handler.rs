@@ -539,6 +539,34 @@ where
     Ok(())
 }
 
+/// One statement's response in the simple query protocol (COPY TO data
+/// goes through [`send_copy_out`] instead).
+async fn send_simple_response<C>(client: &mut C, resp: Response) -> PgWireResult<()>
+where
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    use pgwire::api::query::{send_execution_response, send_query_response};
+    use pgwire::messages::response::EmptyQueryResponse;
+    match resp {
+        Response::Query(r) => send_query_response(client, r, true).await,
+        Response::Execution(t) | Response::TransactionStart(t) | Response::TransactionEnd(t) => {
+            send_execution_response(client, t).await
+        }
+        Response::CopyOut(_) => Err(user_error(internal_copy())),
+        Response::CopyIn(r) => pgwire::api::copy::send_copy_in_response(client, r).await,
+        Response::EmptyQuery => client
+            .feed(PgWireBackendMessage::EmptyQueryResponse(
+                EmptyQueryResponse::new(),
+            ))
+            .await
+            .map_err(Into::into),
+        Response::Error(e) => Err(PgWireError::UserError(e)),
+        Response::CopyBoth(_) => Err(user_error(sluice_sql::Error::unsupported("COPY BOTH"))),
+    }
+}
+
 fn wire_status(s: sluice_sql::TxnStatus) -> pgwire::messages::response::TransactionStatus {
     use pgwire::messages::response::TransactionStatus as T;
     match s {
@@ -566,9 +594,7 @@ impl Backend {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        use pgwire::api::query::{
-            send_execution_response, send_query_response, send_ready_for_query,
-        };
+        use pgwire::api::query::send_ready_for_query;
         use pgwire::messages::response::EmptyQueryResponse;
         if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
             return Err(PgWireError::NotReadyForQuery);
@@ -596,27 +622,11 @@ impl Backend {
                 Err(e) => Err(user_error(e)),
                 Ok(out) => match copy_out_of(out, ctx.clone(), self.engine.query_runtime()) {
                     Ok(copy) => Box::pin(send_copy_out(client, copy, raw)).await,
-                    Err(out) => match to_response(client, out, &Format::UnifiedText, ctx.clone()) {
-                        Response::Query(r) => send_query_response(client, r, true).await,
-                        Response::Execution(t)
-                        | Response::TransactionStart(t)
-                        | Response::TransactionEnd(t) => send_execution_response(client, t).await,
-                        Response::CopyOut(_) => Err(user_error(internal_copy())),
-                        Response::CopyIn(r) => {
-                            copy_in = true;
-                            pgwire::api::copy::send_copy_in_response(client, r).await
-                        }
-                        Response::EmptyQuery => client
-                            .feed(PgWireBackendMessage::EmptyQueryResponse(
-                                EmptyQueryResponse::new(),
-                            ))
-                            .await
-                            .map_err(Into::into),
-                        Response::Error(e) => Err(PgWireError::UserError(e)),
-                        Response::CopyBoth(_) => {
-                            Err(user_error(sluice_sql::Error::unsupported("COPY BOTH")))
-                        }
-                    },
+                    Err(out) => {
+                        let resp = to_response(client, out, &Format::UnifiedText, ctx.clone());
+                        copy_in |= matches!(resp, Response::CopyIn(_));
+                        send_simple_response(client, resp).await
+                    }
                 },
             };
             if let Err(e) = result {
@@ -640,9 +650,7 @@ impl Backend {
         client.set_transaction_status(status);
         send_ready_for_query(client, status).await
     }
-}
 
-impl Backend {
     /// Execute: COPY TO and row-limited fetches are served here, the rest
     /// by pgwire's default (which calls `do_query`). With `raw`, COPY TO
     /// data goes straight to the socket.

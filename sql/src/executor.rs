@@ -110,15 +110,20 @@ mod tests {
             .unwrap()
     }
 
+    /// `sql` started on `rt` through [`execute_stream`].
+    async fn run_on(rt: &tokio::runtime::Runtime, sql: &str) -> SendableRecordBatchStream {
+        let df = SessionContext::new().sql(sql).await.unwrap();
+        execute_stream(Some(rt.handle()), df).await.unwrap()
+    }
+
     #[tokio::test]
     async fn a_query_streams_from_the_query_runtime() {
         let rt = query_runtime();
-        let ctx = SessionContext::new();
-        let df = ctx
-            .sql("SELECT count(*) AS n, sum(v) AS s FROM generate_series(1, 100000) AS t(v)")
-            .await
-            .unwrap();
-        let stream = execute_stream(Some(rt.handle()), df).await.unwrap();
+        let stream = run_on(
+            &rt,
+            "SELECT count(*) AS n, sum(v) AS s FROM generate_series(1, 100000) AS t(v)",
+        )
+        .await;
         assert_eq!(stream.schema().field(0).name(), "n");
         let batches: Vec<_> = stream.collect().await;
         let batch = batches.into_iter().next().unwrap().unwrap();
@@ -135,12 +140,7 @@ mod tests {
     #[tokio::test]
     async fn an_error_while_running_reaches_the_consumer() {
         let rt = query_runtime();
-        let ctx = SessionContext::new();
-        let df = ctx
-            .sql("SELECT v / (v - v) FROM generate_series(1, 3) AS t(v)")
-            .await
-            .unwrap();
-        let stream = execute_stream(Some(rt.handle()), df).await.unwrap();
+        let stream = run_on(&rt, "SELECT v / (v - v) FROM generate_series(1, 3) AS t(v)").await;
         let items: Vec<_> = stream.collect().await;
         let err = items.into_iter().find_map(|b| b.err()).unwrap();
         assert!(err.to_string().contains("Divide by zero"), "{err}");
@@ -150,12 +150,7 @@ mod tests {
     #[tokio::test]
     async fn dropping_the_stream_stops_the_query() {
         let rt = query_runtime();
-        let ctx = SessionContext::new();
-        let df = ctx
-            .sql("SELECT v FROM generate_series(1, 1000000000) AS t(v)")
-            .await
-            .unwrap();
-        let mut stream = execute_stream(Some(rt.handle()), df).await.unwrap();
+        let mut stream = run_on(&rt, "SELECT v FROM generate_series(1, 1000000000) AS t(v)").await;
         assert!(stream.next().await.unwrap().is_ok());
         drop(stream);
         // the producer was aborted: the runtime has no task left
