@@ -24,4 +24,5 @@ pub use error::{Error, Result};
 pub use metrics::Metrics;
 pub use node::{
     start, Membership, NodeConfig, NodeHandle, NodeStatus, PeerStatus, ProposeError, StateMachine,
+    Unavailable,
 };

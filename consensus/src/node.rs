@@ -41,6 +41,10 @@ pub trait StateMachine: Send + 'static {
     /// failure is part of `Response`; `Err(msg)` means a non-deterministic failure (disk): the
     /// node stops (poisons) rather than diverge.
     fn apply(&mut self, index: u64, command: &[u8]) -> std::result::Result<Self::Response, String>;
+    /// A committed entry at `index` that carries no command (Raft's own empty entry or a
+    /// membership change): nothing changes, but the applied index moves, so the next
+    /// checkpoint covers it and the log can be compacted past it.
+    fn skip(&mut self, index: u64);
     /// Index covered by the state machine's last durable checkpoint (after restart: what it
     /// recovered to).
     fn applied_index(&self) -> u64;
@@ -85,6 +89,9 @@ pub struct NodeConfig {
     pub queue_depth: usize,
     /// Checkpoint the state machine and compact the log after this many applied entries.
     pub checkpoint_entries: u64,
+    /// ... or after this many bytes of applied entries, whichever comes first: the log keeps
+    /// entries in memory until a checkpoint compacts it, so this bounds that memory.
+    pub checkpoint_bytes: u64,
     /// Roll to a new WAL segment once the current one reaches this size.
     pub wal_segment_bytes: u64,
     /// TEST ONLY: sleep this long after every log fsync (simulates a slow disk).
@@ -125,6 +132,7 @@ impl NodeConfig {
             max_batch: 4096,
             queue_depth: 8192,
             checkpoint_entries: 20_000,
+            checkpoint_bytes: 128 << 20,
             wal_segment_bytes: 64 << 20,
             fsync_delay: None,
             max_size_per_msg: 4 << 20,
@@ -161,8 +169,11 @@ impl NodeConfig {
         if self.max_batch == 0 || self.queue_depth == 0 {
             return fail("max_batch and queue_depth must be positive");
         }
-        if self.checkpoint_entries == 0 || self.wal_segment_bytes == 0 {
-            return fail("checkpoint_entries and wal_segment_bytes must be positive");
+        if self.checkpoint_entries == 0 || self.checkpoint_bytes == 0 || self.wal_segment_bytes == 0
+        {
+            return fail(
+                "checkpoint_entries, checkpoint_bytes and wal_segment_bytes must be positive",
+            );
         }
         Ok(())
     }
@@ -212,6 +223,8 @@ pub struct NodeStatus {
     pub role: String,
     /// Why the node stopped accepting writes, if it did.
     pub poisoned: Option<String>,
+    /// The cluster's configuration no longer includes this node: it was removed.
+    pub removed: bool,
     /// Every member as this node sees it (itself included).
     pub peers: Vec<PeerStatus>,
 }
@@ -233,10 +246,20 @@ pub struct PeerStatus {
     pub last_contact_ms: Option<u64>,
 }
 
+/// Why a node cannot serve clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unavailable {
+    /// It stopped applying the log (a disk or apply failure); the reason.
+    Poisoned(String),
+    /// The cluster removed this node (its id).
+    Removed(u64),
+}
+
 /// A membership change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Membership {
-    /// Add a voter listening for Raft traffic at the address.
+    /// Add a node listening for Raft traffic at the address: a learner first, promoted to
+    /// voter by the leader once it has caught up.
     Add(u64, String),
     /// Remove a node (if it leads, leadership moves first).
     Remove(u64),
@@ -315,6 +338,15 @@ impl<R: Send + 'static> NodeHandle<R> {
             .await
             .map_err(|_| ProposeError::Failed("node stopped".into()))?;
         response.await.unwrap_or_else(|_| Err(gone()))
+    }
+
+    /// Why this node cannot serve clients, if it cannot: it is poisoned, or it was removed.
+    pub fn unavailable(&self) -> Option<Unavailable> {
+        let status = self.shared.status.read();
+        if let Some(reason) = &status.poisoned {
+            return Some(Unavailable::Poisoned(reason.clone()));
+        }
+        status.removed.then_some(Unavailable::Removed(status.id))
     }
 
     /// The node's counters.
@@ -437,22 +469,30 @@ impl Drop for DoneGuard {
     }
 }
 
-/// The raft-rs configuration change for `change` (the address rides in its context).
+/// The raft-rs configuration change for `change` (the address rides in its context). A node
+/// is added as a learner: it gets the log (from a snapshot, which carries the configuration)
+/// without counting toward the quorum, and the leader promotes it to voter once it has caught
+/// up — so a node that never catches up cannot cost the cluster its quorum.
 pub(crate) fn membership_change(change: Membership) -> raft::eraftpb::ConfChangeV2 {
-    use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2};
+    use raft::eraftpb::ConfChangeType;
+    match change {
+        Membership::Add(id, addr) => conf_change(ConfChangeType::AddLearnerNode, id, addr),
+        Membership::Remove(id) => conf_change(ConfChangeType::RemoveNode, id, String::new()),
+    }
+}
+
+/// A configuration change of one node.
+pub(crate) fn conf_change(
+    kind: raft::eraftpb::ConfChangeType,
+    id: u64,
+    addr: String,
+) -> raft::eraftpb::ConfChangeV2 {
+    use raft::eraftpb::{ConfChangeSingle, ConfChangeV2};
     let mut cc = ConfChangeV2::default();
     let mut single = ConfChangeSingle::default();
-    match change {
-        Membership::Add(id, addr) => {
-            single.set_change_type(ConfChangeType::AddNode);
-            single.node_id = id;
-            cc.set_context(addr.into_bytes().into());
-        }
-        Membership::Remove(id) => {
-            single.set_change_type(ConfChangeType::RemoveNode);
-            single.node_id = id;
-        }
-    }
+    single.set_change_type(kind);
+    single.node_id = id;
+    cc.set_context(addr.into_bytes().into());
     cc.mut_changes().push(single);
     cc
 }

@@ -10,7 +10,8 @@
 //! Invariants: every queue is bounded — per peer `PEER_QUEUE` frames out, `INBOUND_QUEUE`
 //! frames in — and a full outgoing queue drops the frame and reports the peer unreachable
 //! (Raft resends what matters); a frame larger than the configured maximum is refused on both
-//! sides; connections are re-established with capped exponential backoff.
+//! sides, and a received frame's buffer grows only as its bytes arrive, never to a length a
+//! peer merely announced; connections are re-established with capped exponential backoff.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -55,6 +56,9 @@ pub struct Forward {
     /// A protobuf `ConfChangeV2` rather than a state-machine command.
     #[prost(bool, tag = "3")]
     pub conf_change: bool,
+    /// The term of the leader it was sent to; a leader in another term refuses it.
+    #[prost(uint64, tag = "4")]
+    pub term: u64,
 }
 
 /// The leader's answer to a [`Forward`]: where it put the entry, or why it did not.
@@ -307,20 +311,57 @@ async fn read_loop(
 ) -> std::io::Result<()> {
     let mut buf = Vec::new();
     loop {
-        let mut len = [0u8; 4];
-        socket.read_exact(&mut len).await?;
-        let len = u32::from_be_bytes(len) as usize;
-        if len > max_frame {
-            return Err(std::io::Error::other(format!(
-                "frame of {len} bytes exceeds the maximum of {max_frame}"
-            )));
-        }
-        buf.resize(len, 0);
-        socket.read_exact(&mut buf).await?;
-        let env = Envelope::decode(buf.as_slice())
-            .map_err(|e| std::io::Error::other(format!("undecodable frame: {e}")))?;
+        let env = read_frame(&mut socket, &mut buf, max_frame).await?;
         if inbound.send(Inbound::Envelope(env)).await.is_err() {
             return Ok(()); // the node stopped
         }
     }
+}
+
+/// Bytes reserved for a frame before any of its payload has arrived.
+const FRAME_INITIAL_CAPACITY: usize = 64 << 10;
+
+/// Reads one `[len u32 BE][Envelope]` frame from `reader`, using `buf` as scratch space.
+///
+/// A length above `max_frame` is refused before anything is allocated for it, and the buffer
+/// grows only as payload bytes actually arrive: a peer (or garbage on the port) that announces a
+/// huge frame and then stalls or disconnects costs at most `FRAME_INITIAL_CAPACITY` (64 KiB) bytes, not
+/// the announced length. A connection that ends inside a frame is `UnexpectedEof`; a frame
+/// that is not an `Envelope` is `InvalidData`.
+pub async fn read_frame<R>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max_frame: usize,
+) -> std::io::Result<Envelope>
+where
+    R: tokio::io::AsyncRead + Unpin,
+{
+    let mut len = [0u8; 4];
+    reader.read_exact(&mut len).await?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > max_frame {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes exceeds the maximum of {max_frame}"),
+        ));
+    }
+    if buf.capacity() > FRAME_INITIAL_CAPACITY.max(len) {
+        // Do not keep a large frame's buffer for the life of the connection.
+        *buf = Vec::new();
+    }
+    buf.clear();
+    buf.reserve(len.min(FRAME_INITIAL_CAPACITY));
+    let got = reader.take(len as u64).read_to_end(buf).await?;
+    if got < len {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("connection ended after {got} of a {len}-byte frame"),
+        ));
+    }
+    Envelope::decode(buf.as_slice()).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("undecodable frame: {e}"),
+        )
+    })
 }

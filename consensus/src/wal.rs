@@ -111,7 +111,10 @@ impl Wal {
         let compacted = meta.as_ref().map_or(0, |m| m.index);
 
         let names = list_segments(dir)?;
-        let mut replay = Replay::default();
+        let mut replay = Replay {
+            compacted,
+            ..Replay::default()
+        };
         let mut segments = Vec::with_capacity(names.len());
         let mut active_len = 0;
         for (i, (first_index, path)) in names.iter().enumerate() {
@@ -127,6 +130,7 @@ impl Wal {
         let Replay {
             mut entries,
             hard_state,
+            ..
         } = replay;
         let keep_from = entries.partition_point(|e| e.index <= compacted);
         entries.drain(..keep_from);
@@ -411,6 +415,8 @@ impl Drop for Wal {
 struct Replay {
     entries: Vec<Entry>,
     hard_state: HardState,
+    /// The compaction point: entries at or below it are dropped after replay.
+    compacted: u64,
 }
 
 impl Replay {
@@ -462,13 +468,17 @@ impl Replay {
         Ok((max_index, pos as u64))
     }
 
-    /// Appends with Raft's overwrite rule: an entry at `i` replaces everything at `>= i`.
+    /// Appends with Raft's overwrite rule: an entry at `i` replaces everything at `>= i`. A
+    /// gap at or below the compaction point is no gap: what precedes `compacted + 1` is dropped
+    /// anyway (a log cut short below the compaction point, then appended to, looks like this).
     fn push(&mut self, entry: Entry) -> std::result::Result<(), String> {
         if let Some(first) = self.entries.first().map(|e| e.index) {
             let keep = entry.index.saturating_sub(first) as usize;
             self.entries.truncate(keep);
             if let Some(last) = self.entries.last() {
-                if entry.index != last.index + 1 {
+                if entry.index <= self.compacted.saturating_add(1) {
+                    self.entries.clear();
+                } else if entry.index != last.index.saturating_add(1) {
                     return Err(format!(
                         "gap in the log: index {} follows {}",
                         entry.index, last.index

@@ -7,12 +7,14 @@
 //! and sends a NotificationResponse as soon as the connection is idle
 //! (ready for a query, outside a transaction block — as PostgreSQL
 //! delivers them). The queue is bounded (see `sluice_sql::notify`).
+//! Messages are read through [`crate::wire::Reader`], which bounds and
+//! checks them before pgwire decodes them.
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
+use futures::SinkExt;
 use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::messages::response::{NotificationResponse, TransactionStatus};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
@@ -25,12 +27,16 @@ use tokio::sync::mpsc;
 use tokio_util::codec::Framed;
 
 use crate::handler::{Backend, Prepared, RawOut, SessionSlot};
+use crate::wire::{Reader, Refused};
 
 /// A client's socket with pgwire's codec.
 type Socket = Framed<MaybeTls, PgWireMessageServerCodec<Arc<Prepared>>>;
 
 /// A client must finish startup within this time.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a message may hold beyond `max_statement_bytes` (Bind's and Parse's other fields).
+const MESSAGE_HEADROOM: usize = 1 << 20;
 
 pub async fn serve(tcp: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
     let deadline = tokio::time::Instant::now() + STARTUP_TIMEOUT;
@@ -42,6 +48,7 @@ pub async fn serve(tcp: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
 
     let mut notifications: Option<mpsc::Receiver<Notification>> = None;
     let mut started = false;
+    let mut reader = Reader::new(backend.engine.limits.max_statement_bytes + MESSAGE_HEADROOM);
 
     loop {
         let in_startup = matches!(
@@ -58,7 +65,7 @@ pub async fn serve(tcp: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
         let idle = matches!(socket.state(), PgWireConnectionState::ReadyForQuery)
             && matches!(socket.transaction_status(), TransactionStatus::Idle);
         let msg = tokio::select! {
-            m = socket.next() => m,
+            m = reader.next(&mut socket) => m,
             n = next_notification(&mut notifications), if idle && notifications.is_some() => {
                 match n {
                     Some(n) => {
@@ -72,7 +79,17 @@ pub async fn serve(tcp: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
             }
             _ = tokio::time::sleep_until(deadline), if in_startup => return Ok(()),
         };
-        let Some(Ok(msg)) = msg else { break };
+        let msg = match msg {
+            Ok(Some(msg)) => msg,
+            Ok(None) => break,
+            Err(Refused(info)) => {
+                tracing::debug!(code = %info.code, "refusing a client message: {}", info.message);
+                socket
+                    .send(PgWireBackendMessage::ErrorResponse((*info).into()))
+                    .await?;
+                break;
+            }
+        };
         if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
             break;
         }

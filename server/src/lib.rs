@@ -11,3 +11,4 @@ pub mod copy_out;
 pub mod encode;
 pub mod handler;
 pub mod params;
+pub mod wire;

@@ -91,6 +91,8 @@ fn runtime(name: &str, threads: usize) -> std::io::Result<tokio::runtime::Runtim
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .thread_name(name)
+        // statements are parsed, planned and run on these threads (see sluice_sql::complexity)
+        .thread_stack_size(sluice_sql::complexity::STACK_BYTES)
         .enable_all()
         .build()
 }

@@ -299,14 +299,21 @@ impl Database {
     /// stream files first (each fsynced), then tables and the checkpoint record in one
     /// durable transaction, then the catalog is rebuilt from that record.
     fn restore_snapshot(&mut self, index: u64, term: u64, data: &[u8]) -> Result<(), String> {
+        self.catalog.begin_restore();
+        let restored = self.restore_snapshot_files(index, term, data);
+        self.catalog.end_restore();
+        restored
+    }
+
+    fn restore_snapshot_files(&mut self, index: u64, term: u64, data: &[u8]) -> Result<(), String> {
         let snap = SnapshotState::decode(data).map_err(|e| format!("undecodable snapshot: {e}"))?;
         let mut cp: CheckpointFile = serde_json::from_slice(&snap.record)
             .map_err(|e| format!("unreadable checkpoint record in snapshot: {e}"))?;
         cp.applied_index = index;
         cp.snapshot_point = Some((index, term));
         let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
-        // Old streams go first: their open files must not see the new contents.
-        self.catalog.clear();
+        // Old streams went first (`begin_restore`): their open files must not see the new
+        // contents.
         let streams_dir = self.dir.join(STREAMS_DIR);
         match fs::remove_dir_all(&streams_dir) {
             Ok(()) => {}
@@ -818,7 +825,6 @@ fn load_catalog(
     default_segment_bytes: u64,
 ) -> Result<u32, Error> {
     let streams_dir = dir.join(STREAMS_DIR);
-    catalog.clear();
     catalog.insert_table(Arc::new(Table::new(TableDef::consumer_offsets())));
     for def in &cp.tables {
         catalog.insert_table(Arc::new(Table::new(def.clone())));
@@ -909,6 +915,10 @@ impl StateMachine for Database {
             Ok(cmd) => self.apply_command(index, cmd),
             Err(e) => Ok(Err(e)),
         }
+    }
+
+    fn skip(&mut self, index: u64) {
+        self.applied = index;
     }
 
     fn applied_index(&self) -> u64 {

@@ -159,12 +159,43 @@ impl Stream {
 }
 
 /// All streams and tables by name (one namespace).
-#[derive(Debug, Default)]
+///
+/// Installing a Raft snapshot replaces every [`Stream`] object at once: readers that hold one
+/// (tails, stream listeners) look the stream up again by name and id (see
+/// [`Catalog::current`]) and go on from their position in the new one. While the install
+/// runs the catalog is empty and [`Catalog::restoring`] is true, so nobody mistakes that for
+/// a drop; [`Catalog::restores`] changes when an install ends.
+#[derive(Debug)]
 pub struct Catalog {
     streams: RwLock<BTreeMap<String, Arc<Stream>>>,
     tables: RwLock<BTreeMap<String, Arc<Table>>>,
     /// Bumped on every DDL change, so cached plans can tell they are stale.
     version: AtomicU64,
+    restoring: std::sync::atomic::AtomicBool,
+    /// Count of finished snapshot installs.
+    restores: watch::Sender<u64>,
+}
+
+impl Default for Catalog {
+    fn default() -> Self {
+        Catalog {
+            streams: RwLock::default(),
+            tables: RwLock::default(),
+            version: AtomicU64::new(0),
+            restoring: std::sync::atomic::AtomicBool::new(false),
+            restores: watch::channel(0).0,
+        }
+    }
+}
+
+/// A stream as it is in the catalog now, for a reader that holds an older handle.
+pub enum Current {
+    /// The same stream; a new handle if a snapshot install replaced the old one.
+    Stream(Arc<Stream>),
+    /// A snapshot install is under way: look again when [`Catalog::restores`] changes.
+    Restoring,
+    /// Dropped (or dropped and created again: another id).
+    Gone,
 }
 
 impl Catalog {
@@ -195,10 +226,40 @@ impl Catalog {
         removed
     }
 
-    pub(crate) fn clear(&self) {
-        self.streams.write().clear();
+    /// Starts replacing everything (a snapshot install): the catalog is emptied, and readers
+    /// of the old streams are woken to notice.
+    pub(crate) fn begin_restore(&self) {
+        self.restoring.store(true, Ordering::Release);
+        let old = std::mem::take(&mut *self.streams.write());
         self.tables.write().clear();
         self.version.fetch_add(1, Ordering::AcqRel);
+        for s in old.values() {
+            s.advanced.send_modify(|_| {});
+        }
+    }
+
+    /// The catalog holds the snapshot's streams and tables.
+    pub(crate) fn end_restore(&self) {
+        self.restoring.store(false, Ordering::Release);
+        self.restores.send_modify(|n| *n += 1);
+    }
+
+    pub fn restoring(&self) -> bool {
+        self.restoring.load(Ordering::Acquire)
+    }
+
+    /// Changes whenever a snapshot install finishes.
+    pub fn restores(&self) -> watch::Receiver<u64> {
+        self.restores.subscribe()
+    }
+
+    /// What became of `held`, a handle taken earlier.
+    pub fn current(&self, held: &Stream) -> Current {
+        match self.get(held.name()) {
+            Some(s) if s.def.id == held.def.id => Current::Stream(s),
+            _ if self.restoring() => Current::Restoring,
+            _ => Current::Gone,
+        }
     }
 
     pub fn table(&self, name: &str) -> Option<Arc<Table>> {

@@ -97,7 +97,12 @@ pub struct Engine {
     /// each meets only first attempts (the way a row lock queues writers).
     pub(crate) retry_lane: tokio::sync::Mutex<()>,
     pub(crate) query_runtime: Option<tokio::runtime::Handle>,
+    /// Started with `--peers`: a Raft listener exists, so members can be added.
+    clustered: bool,
 }
+
+/// How long `ALTER CLUSTER ADD NODE` waits for the new node to catch up and become a voter.
+const PROMOTION_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Engine {
     /// Recover the database in `config.data_dir` and start its Raft node.
@@ -114,6 +119,7 @@ impl Engine {
         )?;
         let tables = db.table_store();
         let node_id = config.node.id;
+        let clustered = !config.node.peers.is_empty();
         start_write_back(Arc::downgrade(&catalog));
         let node =
             sluice_consensus::start(config.node, db).map_err(|e| Error::io(e.to_string()))?;
@@ -130,6 +136,7 @@ impl Engine {
             row_ids: std::sync::atomic::AtomicU64::new(node_id << 48),
             retry_lane: tokio::sync::Mutex::new(()),
             query_runtime: config.query_runtime,
+            clustered,
         }))
     }
 
@@ -170,12 +177,80 @@ impl Engine {
             .map_err(|e| propose_error(e, "the read"))
     }
 
-    /// `ALTER CLUSTER ADD NODE` / `REMOVE NODE`.
+    /// Whether this node may serve clients: not once it stopped applying the log (poisoned:
+    /// its data would be a frozen prefix) or was removed from the cluster.
+    pub fn check_serving(&self) -> Result<()> {
+        match self.node.unavailable() {
+            None => Ok(()),
+            Some(sluice_consensus::Unavailable::Poisoned(reason)) => Err(Error::io(format!(
+                "this node stopped applying the log and serves nothing: {reason}"
+            ))),
+            Some(sluice_consensus::Unavailable::Removed(id)) => Err(Error::new(
+                sqlstate::CANNOT_CONNECT_NOW,
+                format!(
+                    "node {id} was removed from the cluster and serves nothing; connect to a member"
+                ),
+            )),
+        }
+    }
+
+    /// `ALTER CLUSTER ADD NODE` / `REMOVE NODE`. A node is added as a learner and the
+    /// statement returns once the leader has promoted it to voter (it caught up); one that
+    /// does not catch up within `PROMOTION_WAIT` (30 s) stays a learner, which costs the quorum
+    /// nothing, and the statement says so. Adding a member again at the same address is a
+    /// no-op.
     pub async fn change_membership(&self, change: Membership) -> Result<()> {
+        if !self.clustered {
+            return Err(Error::new(
+                sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "this node was started without --peers, so it has no Raft listener and cannot \
+                 form a cluster; start every node with --peers (its own Raft address included)",
+            ));
+        }
+        let member = |id: u64| self.node.status().peers.into_iter().find(|p| p.id == id);
+        match &change {
+            Membership::Add(id, addr) => match member(*id) {
+                Some(p) if p.address != *addr && !p.address.is_empty() => {
+                    return Err(Error::new(
+                        sqlstate::DUPLICATE_OBJECT,
+                        format!("node {id} is already a member, at '{}'", p.address),
+                    ))
+                }
+                Some(p) if p.voter => return Ok(()),
+                Some(_) => {} // a learner: proposing it again is harmless
+                None => {}
+            },
+            Membership::Remove(id) if member(*id).is_none() => {
+                return Err(Error::new(
+                    sqlstate::UNDEFINED_OBJECT,
+                    format!("node {id} is not a member of the cluster"),
+                ))
+            }
+            Membership::Remove(_) => {}
+        }
         self.node
-            .change_membership(change)
+            .change_membership(change.clone())
             .await
-            .map_err(|e| propose_error(e, "the membership change"))
+            .map_err(|e| propose_error(e, "the membership change"))?;
+        let Membership::Add(id, _) = change else {
+            return Ok(());
+        };
+        let deadline = tokio::time::Instant::now() + PROMOTION_WAIT;
+        while tokio::time::Instant::now() < deadline {
+            if member(id).is_some_and(|p| p.voter) {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        Err(Error::new(
+            sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "node {id} was added as a learner but did not catch up within {}s; it becomes a \
+                 voter once it does (is it running, started with --join, at that address?); \
+                 ALTER CLUSTER REMOVE NODE {id} undoes the change",
+                PROMOTION_WAIT.as_secs()
+            ),
+        ))
     }
 
     /// Propose `ops` as one atomic command and wait until it is applied.

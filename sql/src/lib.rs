@@ -12,9 +12,11 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod apply;
+pub mod arithmetic;
 pub mod binary;
 pub mod catalog;
 pub mod command;
+pub mod complexity;
 pub mod copy;
 pub mod engine;
 pub mod error;

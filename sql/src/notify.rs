@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::catalog::{Catalog, Stream};
+use crate::catalog::{Catalog, Current, Stream};
 use crate::provider::read_frame;
 
 /// Capacity of each session's notification queue.
@@ -211,7 +211,21 @@ async fn catch_up(
     out: &mpsc::Sender<Notification>,
     watermark: Option<&[(u64, u64)]>,
 ) -> bool {
-    followers.retain(|name, f| catalog.get(name).map(|s| s.def.id) == Some(f.stream.def.id));
+    // A snapshot install replaces every stream handle: follow the new one from the same
+    // position; while it runs, wait (the follower is woken again when it ends).
+    if catalog.restoring() {
+        return true;
+    }
+    followers.retain(|_, f| match catalog.current(&f.stream) {
+        Current::Stream(s) => {
+            if !Arc::ptr_eq(&s, &f.stream) {
+                f.advanced = s.subscribe();
+                f.stream = s;
+            }
+            true
+        }
+        Current::Restoring | Current::Gone => false,
+    });
     for f in followers.values_mut() {
         let mut end = f.stream.log.next_offset();
         if let Some(w) = watermark {

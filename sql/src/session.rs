@@ -335,6 +335,9 @@ impl Session {
 
     /// Execute one classified statement with bound parameters.
     pub async fn execute(&mut self, p: &Parsed, params: &[ScalarValue]) -> Result<Output> {
+        if !matches!(p, Parsed::Rollback | Parsed::RollbackTo(_)) {
+            self.engine.check_serving()?;
+        }
         if matches!(self.txn, Txn::Failed(_))
             && !matches!(p, Parsed::Commit | Parsed::Rollback | Parsed::RollbackTo(_))
         {

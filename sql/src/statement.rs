@@ -129,6 +129,7 @@ pub enum CopyFormat {
 /// `COPY ... FROM STDIN;` followed by data lines and a `\.` line (as psql
 /// scripts write it) carries that data inline.
 pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
+    crate::complexity::check(sql)?;
     if let Some(change) = parse_alter_cluster(sql)? {
         return Ok(vec![Parsed::AlterCluster(change)]);
     }
@@ -227,8 +228,10 @@ fn split_inline_copy(sql: &str) -> Option<(&str, &str, &str)> {
 
 fn parse_statements(sql: &str) -> Result<Vec<Parsed>> {
     let (rewritten, stream_flags) = rewrite(sql)?;
-    let stmts = crate::system::client_sql::parse(&rewritten)
-        .map_err(|e| Error::syntax(clean_parser_error(&e.to_string())))?;
+    let stmts = crate::system::client_sql::parse(&rewritten).map_err(|e| match e {
+        sqlparser::parser::ParserError::RecursionLimitExceeded => crate::complexity::too_complex(),
+        e => Error::syntax(clean_parser_error(&e.to_string())),
+    })?;
     stmts
         .into_iter()
         .enumerate()

@@ -29,7 +29,7 @@ use sqlparser::ast::{
 };
 use tokio::sync::watch;
 
-use crate::catalog::{Catalog, Stream, OFFSET_COLUMN};
+use crate::catalog::{Catalog, Current, Stream, OFFSET_COLUMN};
 use crate::error::{sqlstate, Error, Result};
 use crate::statement::{self, sqlparser};
 
@@ -281,6 +281,8 @@ pub struct Tail {
     remaining: Option<usize>,
     buffered: VecDeque<RecordBatch>,
     advanced: watch::Receiver<u64>,
+    /// Changes when a snapshot install replaced every stream (see [`Catalog::current`]).
+    restores: watch::Receiver<u64>,
     schema: SchemaRef,
     /// Columns of the stream's full schema the query returns, when it reads them directly
     /// (see [`direct_columns`]).
@@ -310,6 +312,7 @@ impl Tail {
             .get(&spec.stream)
             .ok_or_else(|| Error::undefined_table(&spec.stream))?;
         let advanced = stream.subscribe();
+        let restores = catalog.restores();
         let mut tail = Tail {
             catalog,
             stream,
@@ -320,6 +323,7 @@ impl Tail {
             remaining: spec.limit,
             buffered: VecDeque::new(),
             advanced,
+            restores,
             schema: Arc::new(arrow::datatypes::Schema::empty()),
             direct: None,
         };
@@ -402,10 +406,19 @@ impl Tail {
         Ok((schema, df.execute_stream().await?))
     }
 
-    fn check_stream(&self) -> Result<()> {
-        match self.catalog.get(self.stream.name()) {
-            Some(s) if s.def.id == self.stream.def.id => {}
-            _ => {
+    /// Follows the stream through a snapshot install (the catalog then holds a new handle
+    /// for it) and checks that it still exists and still holds the tail's position. False
+    /// while an install is under way: nothing can be read until it ends.
+    fn check_stream(&mut self) -> Result<bool> {
+        match self.catalog.current(&self.stream) {
+            Current::Stream(s) => {
+                if !Arc::ptr_eq(&s, &self.stream) {
+                    self.advanced = s.subscribe();
+                    self.stream = s;
+                }
+            }
+            Current::Restoring => return Ok(false),
+            Current::Gone => {
                 return Err(Error::new(
                     sqlstate::UNDEFINED_TABLE,
                     format!(
@@ -426,7 +439,7 @@ impl Tail {
                 ),
             ));
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Rows committed now, at most `max_rows`; never waits for new commits.
@@ -449,7 +462,9 @@ impl Tail {
                 out.push(b.slice(0, take));
                 continue;
             }
-            self.check_stream()?;
+            if !self.check_stream()? {
+                break;
+            }
             let end = self.stream.log.next_offset();
             if self.pos >= end {
                 break;
@@ -481,15 +496,16 @@ impl Tail {
     ) -> Result<bool> {
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
         loop {
-            if !self.buffered.is_empty() || self.stream.log.next_offset() > self.pos {
+            let live = self.check_stream()?;
+            if !self.buffered.is_empty() || (live && self.stream.log.next_offset() > self.pos) {
                 return Ok(true);
             }
-            self.check_stream()?;
             // wake at least every second to notice a dropped stream
             let tick = tokio::time::Instant::now() + Duration::from_secs(1);
             let until = deadline.map(|d| d.min(tick)).unwrap_or(tick);
             tokio::select! {
                 _ = self.advanced.changed() => {}
+                _ = self.restores.changed() => {}
                 _ = tokio::time::sleep_until(until) => {}
                 _ = cancel.wait() => return Err(cancelled_error()),
             }

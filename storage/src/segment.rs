@@ -113,6 +113,14 @@ impl SegmentFile {
                 "frame length {len} is shorter than a header"
             )));
         }
+        // The index is verified against the file at recovery, but the file may have shrunk
+        // since (or the caller's entry is wrong): never allocate for bytes that are not there.
+        let file_len = self.file.metadata().map_err(Error::io(&self.path))?.len();
+        if position.saturating_add(len as u64) > file_len {
+            return Err(corrupt(format!(
+                "frame of {len} bytes runs past the end of the {file_len}-byte file"
+            )));
+        }
         let mut buf = vec![0u8; len];
         self.file
             .read_exact_at(&mut buf, position)
@@ -240,7 +248,10 @@ impl Segment {
         }
 
         let mut segment = Segment::new(Arc::clone(&file));
-        let mut reader = BufReader::with_capacity(RECOVERY_READ_BUFFER, &file.file);
+        // Sized to the file, so recovering a small segment allocates no more than it holds.
+        let capacity =
+            usize::try_from(len).map_or(RECOVERY_READ_BUFFER, |len| len.min(RECOVERY_READ_BUFFER));
+        let mut reader = BufReader::with_capacity(capacity, &file.file);
         let mut header_bytes = [0u8; HEADER_LEN];
         let mut payload = Vec::new();
         while segment.bytes < len {

@@ -6,9 +6,11 @@
 //! The binary under test is `$SLUICE_BIN` or the `sluice` built next to the
 //! test binaries; build it first with `cargo build --bins`.
 
+pub mod chaos;
 pub mod cluster;
 pub mod psql;
 mod server;
+pub mod wire;
 
 use std::collections::HashMap;
 use std::future::Future;

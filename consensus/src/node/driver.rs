@@ -89,8 +89,9 @@ impl<R> WaitReply<R> {
 enum State {
     /// No leader known (or the leader refused it): waiting to be sent.
     Parked,
-    /// Sent to the leader, no answer yet (it may or may not be in the log).
-    Sent,
+    /// Sent to the leader of `term`, no answer yet (it may or may not be in the log). A
+    /// leader places a forwarded request only in the term it was sent for.
+    Sent { term: u64 },
     /// In the log at this (index, term).
     Placed { index: u64, term: u64 },
     /// A read barrier the leader confirmed at this commit index.
@@ -98,12 +99,22 @@ enum State {
 }
 
 struct Waiter<R> {
+    /// What still has to be placed; a forwarded request keeps it until it is applied, so it
+    /// can be sent again if its leader certainly did not commit it.
     payload: Option<Payload>,
     reply: WaitReply<R>,
     state: State,
     /// Tick after which the waiter is answered (`Dropped` if parked, `Unknown` otherwise).
     deadline: u64,
+    /// Times the request went back to parked after a leader certainly lost it.
+    resent: u32,
 }
+
+/// Most times a request is sent again after its leader certainly lost it.
+const MAX_RESENDS: u32 = 5;
+
+/// A learner is promoted to voter once it is at most this many entries behind the leader.
+const PROMOTE_LAG: u64 = 64;
 
 /// An answer ready to send once the status is published.
 type Answer<R> = (WaitReply<R>, Option<R>);
@@ -148,7 +159,20 @@ pub(crate) struct Driver<SM: StateMachine> {
     metrics: Arc<Metrics>,
     status: Arc<RwLock<NodeStatus>>,
     applied: u64,
+    /// Term of the last entry applied: once an entry of a newer term is applied, a request
+    /// placed (or sent) in an older term and not yet applied was certainly not committed.
+    applied_term: u64,
     since_checkpoint: u64,
+    /// Bytes of entries applied since the last checkpoint (the log holds them in memory
+    /// until it is compacted).
+    since_checkpoint_bytes: u64,
+    /// Checkpoint (and compact the log) at the end of this Ready: a node was added, and it
+    /// must be caught up from a snapshot, which carries the configuration, never from the
+    /// log's first entry (the bootstrap configuration is not in the log).
+    checkpoint_due: bool,
+    /// Requests went back to parked while a Ready was being processed; they are sent once
+    /// it is done.
+    requeued: bool,
     poisoned: Option<String>,
     leader_seen: u64,
 }
@@ -186,7 +210,11 @@ impl<SM: StateMachine> Driver<SM> {
             metrics,
             status,
             applied,
+            applied_term: 0,
             since_checkpoint: 0,
+            since_checkpoint_bytes: 0,
+            checkpoint_due: false,
+            requeued: false,
             poisoned: None,
             leader_seen: 0,
         };
@@ -275,7 +303,7 @@ impl<SM: StateMachine> Driver<SM> {
                         "no leader accepted the request within {} ticks (node {}, leader {})",
                         self.config.leader_wait_ticks, self.config.id, self.raw.raft.leader_id
                     )),
-                    State::Sent | State::Placed { .. } | State::ReadAt(_) => {
+                    State::Sent { .. } | State::Placed { .. } | State::ReadAt(_) => {
                         ProposeError::Unknown(format!(
                             "not applied within {} ticks of reaching the leader",
                             self.config.commit_wait_ticks
@@ -289,6 +317,37 @@ impl<SM: StateMachine> Driver<SM> {
             }
         }
         self.dispatch_parked();
+        self.promote_caught_up_learner();
+    }
+
+    /// On the leader: a learner (every added node starts as one) that has caught up becomes
+    /// a voter, one change at a time. A node that never catches up (a dead address, a wrong
+    /// id) stays a learner and costs the quorum nothing.
+    fn promote_caught_up_learner(&mut self) {
+        let raft = &self.raw.raft;
+        if raft.state != StateRole::Leader || raft.has_pending_conf() {
+            return;
+        }
+        let last = raft.raft_log.last_index();
+        let ready = raft.prs().conf().learners().iter().copied().find(|id| {
+            raft.prs()
+                .get(*id)
+                .is_some_and(|p| p.recent_active && p.matched + PROMOTE_LAG >= last)
+                && self.peers.contains_key(id)
+        });
+        let Some(id) = ready else { return };
+        let change = super::conf_change(ConfChangeType::AddNode, id, self.peers[&id].clone());
+        tracing::info!(
+            id = self.config.id,
+            learner = id,
+            "promoting a caught-up learner"
+        );
+        if let Err(e) = self
+            .raw
+            .propose_conf_change(context(self.config.id, 0), change)
+        {
+            tracing::warn!(learner = id, "cannot propose the promotion: {e}");
+        }
     }
 
     /// Takes one request from a local client.
@@ -337,6 +396,7 @@ impl<SM: StateMachine> Driver<SM> {
                 reply,
                 state: State::Parked,
                 deadline: self.ticks + self.config.leader_wait_ticks,
+                resent: 0,
             },
         );
         self.dispatch(tag);
@@ -375,7 +435,6 @@ impl<SM: StateMachine> Driver<SM> {
         let forward = match w.payload.as_ref() {
             None => return,
             Some(Payload::Read) => {
-                w.payload = None;
                 self.raw.read_index(tag.to_be_bytes().to_vec());
                 None
             }
@@ -390,13 +449,15 @@ impl<SM: StateMachine> Driver<SM> {
                 }
             },
         };
-        w.state = State::Sent;
+        let term = self.raw.raft.term;
+        w.state = State::Sent { term };
         w.deadline = self.ticks + self.config.commit_wait_ticks;
         if let Some((command, conf_change)) = forward {
             let fwd = Forward {
                 tag,
                 command,
                 conf_change,
+                term,
             };
             self.send_envelope(leader, Body::Forward(fwd), false);
         }
@@ -436,13 +497,18 @@ impl<SM: StateMachine> Driver<SM> {
                 ),
             ));
         }
+        let payload = match payload {
+            Payload::Conf(cc) => Payload::Conf(self.without_demotion(cc)),
+            other => other,
+        };
         let before = self.raw.raft.raft_log.last_index();
         let ctx = context(origin, tag);
         let result = match &payload {
             Payload::Read => {
                 self.raw.read_index(tag.to_be_bytes().to_vec());
+                let term = self.raw.raft.term;
                 if let Some(w) = self.waiters.get_mut(&tag) {
-                    w.state = State::Sent;
+                    w.state = State::Sent { term };
                     w.deadline = self.ticks + self.config.commit_wait_ticks;
                 }
                 return Ok(None);
@@ -477,6 +543,18 @@ impl<SM: StateMachine> Driver<SM> {
         }
     }
 
+    /// Adding a node that already votes must not demote it to learner (what raft-rs does
+    /// with `AddLearnerNode` of a voter): it becomes `AddNode`, which leaves a voter as it is.
+    fn without_demotion(&self, mut cc: ConfChangeV2) -> ConfChangeV2 {
+        let voters = self.raw.raft.prs().conf().voters().ids();
+        for c in cc.mut_changes().iter_mut() {
+            if c.get_change_type() == ConfChangeType::AddLearnerNode && voters.contains(c.node_id) {
+                c.set_change_type(ConfChangeType::AddNode);
+            }
+        }
+        cc
+    }
+
     fn removes_self(&self, cc: &ConfChangeV2) -> Option<u64> {
         cc.get_changes()
             .iter()
@@ -498,7 +576,6 @@ impl<SM: StateMachine> Driver<SM> {
 
     fn placed(&mut self, tag: u64, index: u64, term: u64) {
         if let Some(w) = self.waiters.get_mut(&tag) {
-            w.payload = None;
             w.state = State::Placed { index, term };
             w.deadline = self.ticks + self.config.commit_wait_ticks;
             if let Some(old) = self.by_index.insert(index, tag) {
@@ -532,6 +609,7 @@ impl<SM: StateMachine> Driver<SM> {
                 self.last_contact.insert(env.from, self.ticks);
                 match env.body {
                     Some(Body::Raft(bytes)) => match Message::parse_from_bytes(&bytes) {
+                        Ok(m) if self.refuses_entries(&m) => self.ask_for_snapshot(&m),
                         Ok(m) => {
                             if let Err(e) = self.raw.step(m) {
                                 tracing::debug!(from = env.from, "raft refused a message: {e}");
@@ -545,6 +623,39 @@ impl<SM: StateMachine> Driver<SM> {
                 }
             }
         }
+    }
+
+    /// Answers an append this node refuses (see [`Self::refuses_entries`]) with a rejection
+    /// that says its log is empty: the leader then sends from index 1, which its log no longer
+    /// has (adding a node compacts every member's log, see `checkpoint_due`), so it sends a
+    /// snapshot. (raft-rs's `request_snapshot` is not used: the leader would keep sending
+    /// snapshots until its next election.)
+    fn ask_for_snapshot(&mut self, m: &Message) {
+        tracing::debug!(
+            from = m.from,
+            "a node without a configuration asks for a snapshot"
+        );
+        let mut reply = Message::default();
+        reply.set_msg_type(MessageType::MsgAppendResponse);
+        reply.to = m.from;
+        reply.from = self.config.id;
+        reply.term = m.term;
+        reply.index = m.index;
+        reply.reject = true;
+        reply.reject_hint = 0;
+        self.send_messages(vec![reply]);
+    }
+
+    /// A joining node has no configuration until it installs a snapshot (which carries one);
+    /// entries from the start of the log would make it apply membership changes to an empty
+    /// configuration — the bootstrap members are not in the log — and, e.g., count itself as
+    /// the only voter. Such a node takes no entries: the leader then sends a snapshot.
+    fn refuses_entries(&self, m: &Message) -> bool {
+        let conf = self.raw.raft.prs().conf();
+        m.get_msg_type() == MessageType::MsgAppend
+            && !m.entries.is_empty()
+            && conf.voters().ids().is_empty()
+            && conf.learners().is_empty()
     }
 
     /// The leader side of forwarding: place the request, answer where it went.
@@ -564,6 +675,19 @@ impl<SM: StateMachine> Driver<SM> {
         } else {
             Payload::Command(f.command)
         };
+        if f.term != self.raw.raft.term {
+            // Placed in another term than the sender saw, the request could commit after the
+            // sender concluded (from an applied entry of a newer term) that it never will.
+            let reply = ForwardReply {
+                tag: f.tag,
+                error: format!(
+                    "forwarded for term {}, but node {} is in term {}",
+                    f.term, self.config.id, self.raw.raft.term
+                ),
+                ..Default::default()
+            };
+            return self.send_envelope(from, Body::ForwardReply(reply), false);
+        }
         let reply = match self.place(from, f.tag, payload) {
             Ok(Some((index, term))) => ForwardReply {
                 tag: f.tag,
@@ -587,7 +711,7 @@ impl<SM: StateMachine> Driver<SM> {
         let Some(w) = self.waiters.get_mut(&r.tag) else {
             return;
         };
-        if w.state != State::Sent {
+        if !matches!(w.state, State::Sent { .. }) {
             return;
         }
         if r.error.is_empty() {
@@ -628,7 +752,7 @@ impl<SM: StateMachine> Driver<SM> {
             self.poison(e);
         }
         let leader = self.raw.raft.leader_id;
-        if leader != self.leader_seen {
+        if leader != self.leader_seen || mem::take(&mut self.requeued) {
             self.leader_seen = leader;
             self.dispatch_parked();
             if let Err(e) = self.process_ready() {
@@ -679,7 +803,10 @@ impl<SM: StateMachine> Driver<SM> {
             self.raw.advance_apply();
             self.finish_reads();
 
-            if self.since_checkpoint >= self.config.checkpoint_entries {
+            if self.since_checkpoint >= self.config.checkpoint_entries
+                || self.since_checkpoint_bytes >= self.config.checkpoint_bytes
+                || mem::take(&mut self.checkpoint_due)
+            {
                 self.checkpoint()?;
             }
         }
@@ -762,7 +889,10 @@ impl<SM: StateMachine> Driver<SM> {
                 continue; // covered by an installed snapshot
             }
             let response = match entry.get_entry_type() {
-                EntryType::EntryNormal if entry.data.is_empty() => None,
+                EntryType::EntryNormal if entry.data.is_empty() => {
+                    self.sm.skip(index);
+                    None
+                }
                 EntryType::EntryNormal => Some(
                     self.sm
                         .apply(index, &entry.data)
@@ -777,39 +907,89 @@ impl<SM: StateMachine> Driver<SM> {
                     cc.mut_changes().push(single);
                     cc.set_context(v1.context);
                     self.apply_conf_change(cc)?;
+                    self.sm.skip(index);
                     None
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc = ConfChangeV2::parse_from_bytes(&entry.data)?;
                     self.apply_conf_change(cc)?;
+                    self.sm.skip(index);
                     None
                 }
             };
             self.applied = index;
             self.since_checkpoint += 1;
+            self.since_checkpoint_bytes += entry.data.len() as u64;
             let mine = parse_context(&entry.context)
                 .filter(|(node, _)| *node == self.config.id)
                 .map(|(_, tag)| tag);
             let placed_here = self.by_index.remove(&index);
-            if let Some(tag) = mine {
-                if let Some(w) = self.waiters.remove(&tag) {
-                    replies.push((w.reply, response));
-                    continue;
-                }
+            if let Some(w) = mine.and_then(|tag| self.waiters.remove(&tag)) {
+                replies.push((w.reply, response));
             }
-            if let Some(tag) = placed_here {
-                if let Some(w) = self.waiters.remove(&tag) {
-                    w.reply.fail(ProposeError::Dropped(format!(
-                        "log index {index} was taken by another entry (term {})",
-                        entry.term
-                    )));
-                }
+            if let Some(tag) = placed_here.filter(|t| Some(*t) != mine) {
+                let why = format!(
+                    "log index {index} was taken by another entry (term {})",
+                    entry.term
+                );
+                self.lost(tag, why);
+            }
+            if entry.term > self.applied_term {
+                self.applied_term = entry.term;
+                self.requeue_older_than(entry.term);
             }
         }
         Ok(())
     }
 
+    /// Requests sent or placed in a term older than `term` and not applied by now were
+    /// certainly not committed: the committed log is one sequence of non-decreasing terms, and
+    /// this node applies it in order, so an entry of an older term can no longer follow.
+    fn requeue_older_than(&mut self, term: u64) {
+        let stale: Vec<(u64, u64)> = self
+            .waiters
+            .iter()
+            .filter_map(|(tag, w)| match w.state {
+                State::Sent { term: t } | State::Placed { term: t, .. } if t < term => {
+                    Some((*tag, t))
+                }
+                _ => None,
+            })
+            .collect();
+        for (tag, t) in stale {
+            self.lost(tag, format!("its leader lost leadership in term {t}"));
+        }
+    }
+
+    /// A request that certainly did not commit: parked to be sent to the current leader
+    /// again while it still has its payload (a forwarded one), otherwise `Dropped`.
+    fn lost(&mut self, tag: u64, why: String) {
+        let Some(mut w) = self.waiters.remove(&tag) else {
+            return;
+        };
+        if let State::Placed { index, .. } = w.state {
+            if self.by_index.get(&index) == Some(&tag) {
+                self.by_index.remove(&index);
+            }
+        }
+        if w.payload.is_none() || w.resent >= MAX_RESENDS {
+            return w.reply.fail(ProposeError::Dropped(why));
+        }
+        tracing::debug!(tag, "sending a request again: {why}");
+        w.state = State::Parked;
+        w.resent += 1;
+        w.deadline = self.ticks + self.config.leader_wait_ticks;
+        self.waiters.insert(tag, w);
+        self.requeued = true;
+    }
+
     fn apply_conf_change(&mut self, cc: ConfChangeV2) -> Result<()> {
+        let before = self.raw.raft.prs().conf().to_conf_state();
+        let member = |id: u64| before.voters.contains(&id) || before.learners.contains(&id);
+        self.checkpoint_due |= cc
+            .get_changes()
+            .iter()
+            .any(|c| c.get_change_type() != ConfChangeType::RemoveNode && !member(c.node_id));
         let cs = self.raw.apply_conf_change(&cc)?;
         self.raw.mut_store().set_conf_state(cs)?;
         let mut changed = false;
@@ -854,12 +1034,20 @@ impl<SM: StateMachine> Driver<SM> {
         self.raw.mut_store().install_snapshot(&meta)?;
         self.applied = meta.index;
         self.since_checkpoint = 0;
-        // Proposals of ours inside the snapshot were applied without us seeing them.
-        let covered: Vec<u64> = self
+        self.since_checkpoint_bytes = 0;
+        // Proposals of ours inside the snapshot were applied without us seeing them; so may
+        // have been those sent to a leader that never said where it put them.
+        let mut covered: Vec<u64> = self
             .by_index
             .range(..=meta.index)
             .map(|(_, t)| *t)
             .collect();
+        covered.extend(
+            self.waiters
+                .iter()
+                .filter(|(_, w)| matches!(w.state, State::Sent { .. }))
+                .map(|(t, _)| *t),
+        );
         for tag in covered {
             if let Some(w) = self.waiters.remove(&tag) {
                 w.reply.fail(ProposeError::Unknown(
@@ -868,6 +1056,8 @@ impl<SM: StateMachine> Driver<SM> {
             }
         }
         self.by_index = self.by_index.split_off(&(meta.index + 1));
+        self.applied_term = meta.term;
+        self.requeue_older_than(meta.term);
         if !data.peers.is_empty() {
             // Addresses this node was configured with win: they are how *it* reaches them.
             self.peers = data.peers;
@@ -885,6 +1075,7 @@ impl<SM: StateMachine> Driver<SM> {
         let (index, state) = self.sm.snapshot().map_err(Error::StateMachine)?;
         Metrics::add(&self.metrics.checkpoints, 1);
         self.since_checkpoint = 0;
+        self.since_checkpoint_bytes = 0;
         let index = index.min(self.applied);
         let term = raft::Storage::term(self.raw.store(), index)?;
         let data = SnapshotData {
@@ -916,6 +1107,7 @@ impl<SM: StateMachine> Driver<SM> {
         let covered = self.sm.checkpoint().map_err(Error::StateMachine)?;
         Metrics::add(&self.metrics.checkpoints, 1);
         self.since_checkpoint = 0;
+        self.since_checkpoint_bytes = 0;
         let deleted = self.raw.mut_store().compact(covered.min(self.applied))?;
         tracing::debug!(covered, deleted, "checkpointed and compacted the Raft log");
         Ok(())
@@ -1028,7 +1220,16 @@ impl<SM: StateMachine> Driver<SM> {
             applied_index: self.applied,
             role: role(raft.state).to_string(),
             poisoned: self.poisoned.clone(),
+            removed: removed(&conf, self.config.id),
             peers,
         };
     }
+}
+
+/// Whether the configuration leaves `id` out. An empty one (a node that joins and has not
+/// installed its first snapshot) is not a removal.
+fn removed(conf: &raft::eraftpb::ConfState, id: u64) -> bool {
+    let empty = conf.voters.is_empty() && conf.learners.is_empty();
+    let member = conf.voters.contains(&id) || conf.learners.contains(&id);
+    !empty && !member
 }

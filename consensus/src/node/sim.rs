@@ -45,6 +45,8 @@ struct Sim {
     wire: Wire,
     /// Directed links that drop everything.
     cut: HashSet<(u64, u64)>,
+    /// Nodes whose Raft messages are dropped (their forwarding replies still go through).
+    mute_raft: HashSet<u64>,
     /// Proposals made so far: (command, reply).
     pending: Vec<(Vec<u8>, Pending)>,
     /// Outcomes heard so far.
@@ -70,6 +72,7 @@ impl Sim {
             nodes: BTreeMap::new(),
             wire: Wire::default(),
             cut: HashSet::new(),
+            mute_raft: HashSet::new(),
             pending: Vec::new(),
             ok: Vec::new(),
             failed: 0,
@@ -124,6 +127,18 @@ impl Sim {
         node.sm = node.sm.recover();
     }
 
+    /// Replaces node `id` by a fresh process with an empty data directory that joins (no
+    /// voters of its own), as an operator does after wiping a node.
+    fn wipe(&mut self, id: u64) {
+        let mut node = self.nodes.remove(&id).unwrap();
+        node.driver = None;
+        std::fs::remove_dir_all(&node.dir).unwrap();
+        node.sm = Recorder::new();
+        node.metrics = Arc::default();
+        self.boot(&mut node, id, &[]);
+        self.nodes.insert(id, node);
+    }
+
     fn restart(&mut self, id: u64) {
         let mut node = self.nodes.remove(&id).unwrap();
         self.boot(&mut node, id, &[]);
@@ -154,6 +169,11 @@ impl Sim {
                 return;
             };
             if self.cut.contains(&(from, to)) {
+                continue;
+            }
+            if self.mute_raft.contains(&from)
+                && matches!(env.body, Some(crate::transport::Body::Raft(_)))
+            {
                 continue;
             }
             let Some(Some(d)) = self.nodes.get_mut(&to).map(|n| n.driver.as_mut()) else {
@@ -517,4 +537,192 @@ fn back_to_back_membership_changes_both_apply() {
     sim.propose(5, "after");
     sim.settle();
     sim.check(&[1, 2, 3, 4, 5]);
+}
+
+impl Sim {
+    /// Asks node `on` for a membership change and runs until it is answered (bounded).
+    fn change(&mut self, on: u64, m: Membership) -> std::result::Result<(), ProposeError> {
+        let (reply, mut rx) = oneshot::channel();
+        self.driver(on).request(Request::ChangeMembership {
+            change: membership(m),
+            reply,
+        });
+        for _ in 0..300 {
+            self.round();
+            match rx.try_recv() {
+                Ok(r) => return r,
+                Err(oneshot::error::TryRecvError::Empty) => {}
+                Err(e) => panic!("membership change dropped unanswered: {e}"),
+            }
+        }
+        panic!("membership change not answered in 300 ticks");
+    }
+
+    fn status(&self, id: u64) -> NodeStatus {
+        self.nodes[&id].driver.as_ref().unwrap().status_snapshot()
+    }
+
+    /// Runs until every node of `ids` lists exactly `voters` as voters (bounded).
+    fn wait_voters(&mut self, ids: &[u64], voters: &[u64]) {
+        for _ in 0..300 {
+            let all = ids.iter().all(|id| {
+                let mut v: Vec<u64> = self
+                    .status(*id)
+                    .peers
+                    .iter()
+                    .filter(|p| p.voter)
+                    .map(|p| p.id)
+                    .collect();
+                v.sort();
+                v == voters
+            });
+            if all {
+                return;
+            }
+            self.round();
+        }
+        let seen: Vec<_> = ids.iter().map(|id| (id, self.status(*id).peers)).collect();
+        panic!("voters never became {voters:?}: {seen:#?}");
+    }
+}
+
+/// Issue 19, case 1: a node added to a young cluster (whose log still starts at index 1) was
+/// replayed the log from its first entry, applied `AddNode 4` to an empty configuration and
+/// became the only voter of its own cluster: cut off from the others it elected itself and
+/// acknowledged writes nobody else had.
+#[test]
+fn a_node_added_to_a_young_cluster_never_leads_alone() {
+    let mut sim = Sim::new(3, 1000);
+    let leader = sim.elect();
+    for i in 0..5 {
+        sim.propose(leader, &format!("a{i}"));
+    }
+    sim.settle();
+    sim.add(4, &[]);
+    sim.change(leader, Membership::Add(4, "node4".into()))
+        .unwrap();
+    sim.wait_voters(&[1, 2, 3, 4], &[1, 2, 3, 4]);
+    sim.settle();
+    sim.check(&[1, 2, 3, 4]);
+    // Node 4 alone: it must not win an election, nor acknowledge a write.
+    sim.isolate(4);
+    sim.propose(4, "split-brain");
+    for _ in 0..200 {
+        sim.round();
+        assert_ne!(sim.status(4).role, "leader", "node 4 elected itself alone");
+    }
+    sim.heal();
+    sim.settle();
+    sim.check(&[1, 2, 3, 4]);
+}
+
+/// Issue 19, case 2: remove a node, wipe it, add it back — ten times on one id, then with
+/// fresh ids. The re-added node used to be replayed the log from index 1, reach "remove 3"
+/// with an empty configuration and poison itself ("removed all voters"); a following removal
+/// of another node then left no quorum.
+#[test]
+fn remove_wipe_and_re_add_converges_every_time() {
+    let mut sim = Sim::new(3, 1000);
+    let mut writes = 0;
+    let mut write = |sim: &mut Sim, on: u64| {
+        for _ in 0..3 {
+            sim.propose(on, &format!("w{writes}"));
+            writes += 1;
+        }
+    };
+    sim.elect();
+    for round in 0..10 {
+        let leader = sim.elect();
+        let victim = if leader == 3 { 2 } else { 3 };
+        write(&mut sim, leader);
+        sim.change(leader, Membership::Remove(victim)).unwrap();
+        let rest: Vec<u64> = [1, 2, 3].into_iter().filter(|i| *i != victim).collect();
+        sim.wait_voters(&rest, &rest);
+        sim.wipe(victim);
+        write(&mut sim, rest[0]);
+        sim.change(rest[1], Membership::Add(victim, format!("node{victim}")))
+            .unwrap();
+        sim.wait_voters(&[1, 2, 3], &[1, 2, 3]);
+        sim.settle();
+        assert_eq!(
+            sim.status(victim).poisoned,
+            None,
+            "round {round}: the re-added node poisoned itself"
+        );
+        sim.check(&[1, 2, 3]);
+    }
+    // Fresh ids: 4 joins, 1 leaves, 5 joins, 2 leaves.
+    for (new, old) in [(4, 1), (5, 2)] {
+        let leader = sim.elect();
+        sim.add(new, &[]);
+        sim.change(leader, Membership::Add(new, format!("node{new}")))
+            .unwrap();
+        let all: Vec<u64> = sim.nodes.keys().copied().collect();
+        sim.wait_voters(&all, &all);
+        let via = *all.iter().find(|i| **i != old).unwrap();
+        sim.change(via, Membership::Remove(old)).unwrap();
+        sim.crash(old);
+        sim.nodes.remove(&old);
+        let rest: Vec<u64> = sim.nodes.keys().copied().collect();
+        sim.wait_voters(&rest, &rest);
+        write(&mut sim, rest[0]);
+        sim.settle();
+        sim.check(&rest);
+    }
+    assert_eq!(sim.failed, 0, "every write on a healthy cluster succeeds");
+    assert_eq!(sim.ok.len(), writes);
+}
+
+/// Issue 19, case 3: a write a follower forwarded to a leader that then died waited out the
+/// whole commit wait and failed `Unknown`, though it certainly never committed. Now it is sent
+/// again to the new leader once an entry of the new term is applied.
+#[test]
+fn a_write_forwarded_to_a_dying_leader_is_sent_to_the_next_one() {
+    let mut sim = Sim::new(3, 1000);
+    let old = sim.elect();
+    let follower = (1..=3).find(|i| *i != old).unwrap();
+    // The forward never reaches the leader: it dies with the frame on the wire.
+    sim.propose(follower, "lost-forward");
+    sim.crash(old);
+    let answered_within = |sim: &mut Sim| {
+        for _ in 0..50 {
+            sim.round();
+            if sim.pending.is_empty() {
+                return true;
+            }
+        }
+        false
+    };
+    // Answered well within the commit wait (60 ticks), and not as a failure.
+    assert!(
+        answered_within(&mut sim),
+        "the write still waits after 50 ticks"
+    );
+    assert_eq!(
+        sim.failed, 0,
+        "a write that certainly did not commit was failed"
+    );
+    // The forward reaches the leader, which places it but never replicates it, and dies.
+    let new = sim.elect();
+    let other = (1..=3).find(|i| *i != new && *i != old).unwrap();
+    sim.propose(other, "placed-not-replicated");
+    sim.mute_raft.insert(new);
+    sim.round();
+    sim.crash(new);
+    sim.mute_raft.clear();
+    sim.restart(old);
+    assert!(
+        answered_within(&mut sim),
+        "the write still waits after 50 ticks"
+    );
+    assert_eq!(
+        sim.failed, 0,
+        "a write that certainly did not commit was failed"
+    );
+    sim.restart(new);
+    sim.settle();
+    let h = sim.check(&[1, 2, 3]);
+    for cmd in [b"lost-forward".as_slice(), b"placed-not-replicated"] {
+        assert_eq!(h.iter().filter(|(_, c)| c == cmd).count(), 1);
+    }
 }

@@ -8,6 +8,9 @@ use super::*;
 
 type Applied = Vec<(u64, Vec<u8>)>;
 
+/// Index of the last entry without a command (`StateMachine::skip`) seen in memory.
+type Skipped = Arc<AtomicU64>;
+
 /// What survives a restart: the last checkpoint.
 #[derive(Default)]
 pub(super) struct Disk {
@@ -23,6 +26,7 @@ pub(super) struct Disk {
 pub(super) struct Recorder {
     disk: Arc<Mutex<Disk>>,
     memory: Arc<Mutex<Applied>>,
+    skipped: Skipped,
     apply_calls: Arc<AtomicU64>,
     allow_checkpoint: Arc<AtomicBool>,
 }
@@ -32,6 +36,7 @@ impl Recorder {
         Recorder {
             disk: Arc::default(),
             memory: Arc::default(),
+            skipped: Skipped::default(),
             apply_calls: Arc::default(),
             allow_checkpoint: Arc::new(AtomicBool::new(true)),
         }
@@ -43,6 +48,7 @@ impl Recorder {
         Recorder {
             disk: self.disk.clone(),
             memory: Arc::new(Mutex::new(memory)),
+            skipped: Skipped::default(),
             apply_calls: Arc::default(),
             allow_checkpoint: self.allow_checkpoint.clone(),
         }
@@ -69,6 +75,10 @@ impl StateMachine for Recorder {
         Ok((index, command.to_vec()))
     }
 
+    fn skip(&mut self, index: u64) {
+        self.skipped.store(index, Ordering::SeqCst);
+    }
+
     fn applied_index(&self) -> u64 {
         self.disk.lock().unwrap().index
     }
@@ -78,6 +88,7 @@ impl StateMachine for Recorder {
         if self.allow_checkpoint.load(Ordering::SeqCst) {
             disk.applied = self.memory.lock().unwrap().clone();
             let last = disk.applied.last().map_or(0, |(i, _)| *i);
+            let last = last.max(self.skipped.load(Ordering::SeqCst));
             if last > disk.index {
                 disk.index = last;
                 disk.snapshot_point = None;
@@ -207,6 +218,27 @@ async fn proposals_arriving_during_an_fsync_share_the_next_one() {
     );
     // Without group commit this would take 640 × 20 ms ≈ 13 s.
     assert!(started.elapsed() < Duration::from_secs(6));
+    node.shutdown().await;
+}
+
+/// Large entries: the log is compacted by bytes long before the entry count is reached, so the
+/// memory it holds stays bounded under any write load (fails without `checkpoint_bytes`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn large_entries_checkpoint_by_bytes_before_the_entry_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.checkpoint_entries = 1_000_000;
+    config.checkpoint_bytes = 64 << 10;
+    let node = start(config, Recorder::new()).unwrap();
+    for i in 0..40u8 {
+        let command = vec![i; 16 << 10];
+        node.propose(command).await.unwrap();
+    }
+    let checkpoints = Metrics::get(&node.metrics().checkpoints);
+    assert!(
+        (8..=11).contains(&checkpoints),
+        "640 KiB of entries with a 64 KiB bound: {checkpoints} checkpoints"
+    );
     node.shutdown().await;
 }
 

@@ -412,3 +412,40 @@ fn corrupt_metadata_refuses_to_open() {
         Err(Error::Corrupt { .. })
     ));
 }
+
+/// Found by `tests/fuzz.rs`: a newest segment cut short below the compaction point (a torn
+/// record there) recovers as "nothing after the compaction point"; the append that follows at
+/// `compacted + 1` must not read as a gap on the next open.
+#[test]
+fn log_cut_below_the_compaction_point_takes_appends_and_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let cut = {
+        // Small segments: no zero-fill, so the file ends at its last record.
+        let (mut wal, _) = Wal::open(dir.path(), 4096).unwrap();
+        wal.save_meta(meta(0, 0)).unwrap();
+        for i in 1..=5 {
+            wal.append(&[entry(i, 1)], Some(&hs(1, i))).unwrap();
+        }
+        wal.sync().unwrap();
+        let cut = fs::metadata(&segment_files(dir.path())[0]).unwrap().len();
+        for i in 6..=8 {
+            wal.append(&[entry(i, 1)], Some(&hs(1, i))).unwrap();
+        }
+        wal.sync().unwrap();
+        wal.compact(meta(8, 1)).unwrap();
+        cut
+    };
+    let file = OpenOptions::new()
+        .write(true)
+        .open(&segment_files(dir.path())[0])
+        .unwrap();
+    file.set_len(cut + 3).unwrap(); // entry 6's record, torn
+
+    let (mut wal, rec) = Wal::open(dir.path(), 4096).unwrap();
+    assert!(rec.entries.is_empty());
+    wal.append(&[entry(9, 2)], Some(&hs(2, 8))).unwrap();
+    wal.sync().unwrap();
+    drop(wal);
+    let (_wal, rec) = Wal::open(dir.path(), 4096).unwrap();
+    assert_eq!(indexes(&rec.entries), vec![9]);
+}

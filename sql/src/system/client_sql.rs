@@ -16,10 +16,11 @@
 use std::sync::LazyLock;
 
 use datafusion::sql::sqlparser::ast::Statement;
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion_pg_catalog::sql::rules::{self, SqlStatementRewriteRule};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+
+use crate::complexity;
 
 static CATALOG_SQL: LazyLock<PostgresCompatibilityParser> =
     LazyLock::new(PostgresCompatibilityParser::new);
@@ -65,11 +66,15 @@ const FRAGMENTS: &[(&str, &str)] = &[
 /// Parse `sql` (already through Sluice's own token rewrite) into statements
 /// DataFusion can plan.
 pub fn parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
-    let plain = Parser::new(&PostgreSqlDialect {})
+    let dialect = complexity::Bounded::for_statement(sql.len());
+    let plain = Parser::new(&dialect)
+        .with_recursion_limit(complexity::PARSER_RECURSION_LIMIT)
         .try_with_sql(sql)
         .and_then(|mut p| p.parse_statements());
+    // the catalog parser has no work bound (see complexity::UNBOUNDED_PARSE_DEPTH)
+    let catalog_parse_ok = || complexity::depth(sql) <= complexity::UNBOUNDED_PARSE_DEPTH;
     match plain {
-        Ok(stmts) if !stmts.iter().any(reads_catalogs) => Ok(stmts
+        Ok(stmts) if !stmts.iter().any(reads_catalogs) || !catalog_parse_ok() => Ok(stmts
             .into_iter()
             .map(|s| match s {
                 Statement::Query(_) => QUERY_RULES.iter().fold(s, |s, r| r.rewrite(s)),
@@ -79,7 +84,8 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
         // reads the catalogs, or (a client catalog query the crate knows)
         // does not parse as sent
         Ok(_) => catalog_parse(sql),
-        Err(e) if mentions_catalogs(sql) => catalog_parse(sql).map_err(|_| e),
+        Err(ParserError::RecursionLimitExceeded) => Err(ParserError::RecursionLimitExceeded),
+        Err(e) if mentions_catalogs(sql) && catalog_parse_ok() => catalog_parse(sql).map_err(|_| e),
         Err(e) => Err(e),
     }
 }

@@ -2,7 +2,7 @@
 //! (format_type, pg_get_expr, has_*_privilege, quote_ident, ...) plus the
 //! ones that need Sluice's session or catalog (current_database,
 //! current_setting/set_config, to_regtype/to_regclass, pg_get_userbyid,
-//! *_description).
+//! *_description). Its analyzer rules include [`crate::arithmetic`]'s.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -63,6 +63,7 @@ pub(super) fn register(
         let mut rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> =
             vec![Arc::new(super::rewrite::BoolLiterals)];
         rules.extend(datafusion::optimizer::Analyzer::new().rules);
+        rules.push(Arc::new(crate::arithmetic::CheckedArithmetic));
         let state = ctx.state_ref();
         let existing = state.read().clone();
         let new_state = SessionStateBuilder::new_from_existing(existing)
@@ -72,6 +73,7 @@ pub(super) fn register(
         *state.write() = new_state;
     }
     crate_fns::generate_series_arg_coercion::CoerceIntArgsToBigInt::widen(ctx);
+    ctx.register_udaf(crate::arithmetic::checked_sum());
 
     for udf in catalog_functions(type_oids) {
         ctx.register_udf(udf);
