@@ -259,7 +259,7 @@ mod tests {
         let err = complete(&header, true, 1 << 20).unwrap_err();
         assert_eq!(err.0.code, "54000");
         assert!(
-            complete(&[0, 0, 0x10, 0], false, 1 << 30).is_err(),
+            complete(&[0, 1, 0, 0], false, 1 << 30).is_err(),
             "startup is capped"
         );
         assert!(

@@ -83,7 +83,8 @@ impl Load {
                                 e.is_closed()
                                     || matches!(
                                         code.as_deref(),
-                                        Some("40001" | "40003" | "57P01" | "58030")
+                                        // 57P03: a node removed from the cluster
+                                        Some("40001" | "40003" | "57P01" | "57P03" | "58030")
                                     ),
                                 "unexpected error from a write: {e:?}"
                             );
