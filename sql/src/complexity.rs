@@ -59,14 +59,10 @@ pub const PARSE_BASE: usize = 50_000;
 /// does the same work as the bounded parse did.
 pub const UNBOUNDED_PARSE_DEPTH: usize = 40;
 
-/// Refuses `sql` if it would nest deeper than [`MAX_DEPTH`]. Text that does not tokenize is
-/// left to the parser, which reports it.
-pub fn check(sql: &str) -> Result<()> {
-    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
-        return Ok(());
-    };
-    let depth = estimate(&tokens);
-    if depth > MAX_DEPTH {
+/// Refuses a statement, given as its tokens, that would nest deeper than [`MAX_DEPTH`]. The
+/// statement front end calls it on the tokens it already has (`statement::rewrite`).
+pub fn check(tokens: &[Token]) -> Result<()> {
+    if estimate(tokens) > MAX_DEPTH {
         return Err(too_complex());
     }
     Ok(())
@@ -389,12 +385,14 @@ impl Dialect for Bounded {
 mod tests {
     use super::*;
 
+    fn tokens(sql: &str) -> Vec<Token> {
+        Tokenizer::new(&PostgreSqlDialect {}, sql)
+            .tokenize()
+            .unwrap()
+    }
+
     fn depth(sql: &str) -> usize {
-        estimate(
-            &Tokenizer::new(&PostgreSqlDialect {}, sql)
-                .tokenize()
-                .unwrap(),
-        )
+        estimate(&tokens(sql))
     }
 
     fn chain(n: usize, term: &str, op: &str) -> String {
@@ -439,18 +437,18 @@ mod tests {
     #[test]
     fn beyond_the_limit_is_54001() {
         let sql = format!("SELECT {}", chain(MAX_DEPTH + 1, "1", " AND "));
-        assert_eq!(check(&sql).unwrap_err().code, "54001");
+        assert_eq!(check(&tokens(&sql)).unwrap_err().code, "54001");
         let sql = format!("SELECT {}", chain(MAX_DEPTH - 1, "1", " AND "));
-        assert!(check(&sql).is_ok());
+        assert!(check(&tokens(&sql)).is_ok());
         let sql = format!(
             "SELECT {}",
             chain(MAX_DEPTH / ARITHMETIC_WEIGHT + 1, "1", "+")
         );
-        assert_eq!(check(&sql).unwrap_err().code, "54001");
+        assert_eq!(check(&tokens(&sql)).unwrap_err().code, "54001");
         let sql = format!(
             "SELECT {}",
             chain(MAX_DEPTH / ARITHMETIC_WEIGHT - 1, "1", "+")
         );
-        assert!(check(&sql).is_ok());
+        assert!(check(&tokens(&sql)).is_ok());
     }
 }

@@ -9,117 +9,22 @@
 //! `SLUICE_FUZZ_CASES` sets the cases per property (default [`DEFAULT_CASES`]);
 //! `SLUICE_FUZZ_SEED` the seed. See `docs/fuzzing.md`.
 
-use std::alloc::System;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::{Array, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
-use cap::Cap;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
+use proptest::test_runner::{TestCaseError, TestRunner};
 use sluice_storage::frame::{self, HEADER_LEN, MAGIC};
 use sluice_storage::segment::{self, Segment, TornTail};
 use sluice_storage::{StreamCheckpoint, StreamLog, StreamLogOptions};
 
-#[global_allocator]
-static ALLOC: Cap<System> = Cap::new(System, usize::MAX);
-
-const DEFAULT_CASES: u32 = 5000;
-const CASE_LIMIT: Duration = Duration::from_secs(5);
-/// Allocation allowed on top of twice the bytes on disk (Arrow's decoding, paths, the index).
-const ALLOC_SLACK: usize = 256 << 10;
-
-// ---------------------------------------------------------------------------------------------
-// Harness: case count, fixed seed, per-case time limit, allocation budget.
-
-fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
-
-fn config() -> Config {
-    Config {
-        cases: env("SLUICE_FUZZ_CASES").unwrap_or(DEFAULT_CASES),
-        rng_seed: RngSeed::Fixed(env("SLUICE_FUZZ_SEED").unwrap_or(0x51_1ce)),
-        failure_persistence: None,
-        max_shrink_time: 60_000,
-        ..Config::default()
-    }
-}
-
-/// One property at a time: the allocation budget and the watchdog are process-wide.
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-static CASE_STARTED_MS: AtomicU64 = AtomicU64::new(0);
-
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-/// Runs one case: a watchdog ends the process if it hangs past [`CASE_LIMIT`] (a hang never
-/// returns to be reported), and a case that finishes late fails like any other.
-fn timed<T>(case: impl FnOnce() -> Result<T, TestCaseError>) -> Result<T, TestCaseError> {
-    static WATCHDOG: Once = Once::new();
-    WATCHDOG.call_once(|| {
-        epoch();
-        std::thread::spawn(|| loop {
-            std::thread::sleep(Duration::from_millis(200));
-            let started = CASE_STARTED_MS.load(Ordering::Relaxed);
-            let now = epoch().elapsed().as_millis() as u64;
-            if started != 0 && now.saturating_sub(started) > 2 * CASE_LIMIT.as_millis() as u64 {
-                eprintln!("fuzz: a case has been running for over {CASE_LIMIT:?}: hang");
-                std::process::exit(3);
-            }
-        });
-    });
-    let start = Instant::now();
-    CASE_STARTED_MS.store(
-        epoch().elapsed().as_millis().max(1) as u64,
-        Ordering::Relaxed,
-    );
-    let out = case();
-    CASE_STARTED_MS.store(0, Ordering::Relaxed);
-    let took = start.elapsed();
-    prop_assert!(took <= CASE_LIMIT, "case took {took:?}");
-    out
-}
-
-/// Runs `f` with at most `budget` bytes allocated beyond what is live now. Exceeding it makes
-/// the allocation fail, which aborts the process ("memory allocation of N bytes failed").
-fn within_budget<T>(budget: usize, f: impl FnOnce() -> T) -> T {
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            let _ = ALLOC.set_limit(usize::MAX);
-        }
-    }
-    let _reset = Reset;
-    let _ = ALLOC.set_limit(ALLOC.allocated().saturating_add(budget));
-    f()
-}
-
-fn scratch_dir() -> tempfile::TempDir {
-    // tmpfs when there is one: a million cases of fsyncs on a real disk would take hours.
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(dir) = tempfile::Builder::new()
-            .prefix("sluice-fuzz")
-            .tempdir_in(shm)
-        {
-            return dir;
-        }
-    }
-    tempfile::tempdir().expect("tempdir")
-}
+mod harness;
+use harness::*;
 
 // ---------------------------------------------------------------------------------------------
 // Valid logs to damage.
@@ -436,7 +341,7 @@ fn fuzz_stream_log_open() {
         proptest::collection::vec(damage(), 0..4),
         checkpoint_override(),
     );
-    TestRunner::new(config())
+    TestRunner::new(config(cases()))
         .run(&strategy, |(which, damage, checkpoint)| {
             timed(|| {
                 let t = &templates()[which];
@@ -495,7 +400,7 @@ fn fuzz_stream_log_read_after_damage() {
         0..templates().len(),
         proptest::collection::vec(damage(), 1..4),
     );
-    TestRunner::new(config())
+    TestRunner::new(config(cases()))
         .run(&strategy, |(which, damage)| {
             timed(|| {
                 let t = &templates()[which];
@@ -550,7 +455,7 @@ fn fuzz_segment_recover_and_read_batch() {
         any::<bool>(),
         reads,
     );
-    TestRunner::new(config())
+    TestRunner::new(config(cases()))
         .run(&strategy, |(bytes, limit, truncate, reads)| {
             timed(|| {
                 let dir = scratch_dir();
@@ -593,7 +498,7 @@ fn fuzz_frame_header() {
         any::<i64>(),
         proptest::collection::vec(any::<u8>(), 0..64),
     );
-    TestRunner::new(config())
+    TestRunner::new(config(cases()))
         .run(&strategy, |(raw, base, rows, ts, payload)| {
             timed(|| {
                 if let Some(h) = frame::decode_header(&raw) {
