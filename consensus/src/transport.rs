@@ -59,6 +59,11 @@ pub struct Forward {
     /// The term of the leader it was sent to; a leader in another term refuses it.
     #[prost(uint64, tag = "4")]
     pub term: u64,
+    /// Which sending of the request this is (a request is sent again after its leader
+    /// certainly lost it); echoed in the reply, so an answer to an earlier sending that
+    /// arrives late is recognised and ignored.
+    #[prost(uint32, tag = "5")]
+    pub attempt: u32,
 }
 
 /// The leader's answer to a [`Forward`]: where it put the entry, or why it did not.
@@ -73,6 +78,9 @@ pub struct ForwardReply {
     pub index: u64,
     #[prost(uint64, tag = "4")]
     pub term: u64,
+    /// The `attempt` of the forward this answers.
+    #[prost(uint32, tag = "5")]
+    pub attempt: u32,
 }
 
 /// What reaches the node task from the network.

@@ -410,22 +410,38 @@ fn envelope() -> impl Strategy<Value = Envelope> {
     let bytes = proptest::collection::vec(any::<u8>(), 0..64);
     let body = prop_oneof![
         bytes.clone().prop_map(Body::Raft),
-        (any::<u64>(), bytes, any::<bool>(), any::<u64>()).prop_map(
-            |(tag, command, conf_change, term)| Body::Forward(Forward {
-                tag,
-                command,
-                conf_change,
-                term,
-            })
-        ),
-        (any::<u64>(), ".{0,16}", any::<u64>(), any::<u64>()).prop_map(
-            |(tag, error, index, term)| Body::ForwardReply(ForwardReply {
-                tag,
-                error,
-                index,
-                term,
-            })
-        ),
+        (
+            any::<u64>(),
+            bytes,
+            any::<bool>(),
+            any::<u64>(),
+            any::<u32>()
+        )
+            .prop_map(|(tag, command, conf_change, term, attempt)| Body::Forward(
+                Forward {
+                    tag,
+                    command,
+                    conf_change,
+                    term,
+                    attempt,
+                }
+            )),
+        (
+            any::<u64>(),
+            ".{0,16}",
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>()
+        )
+            .prop_map(|(tag, error, index, term, attempt)| {
+                Body::ForwardReply(ForwardReply {
+                    tag,
+                    error,
+                    index,
+                    term,
+                    attempt,
+                })
+            }),
     ];
     (any::<u64>(), proptest::option::of(body)).prop_map(|(from, body)| Envelope { from, body })
 }

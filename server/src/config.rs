@@ -3,7 +3,8 @@
 //! Precedence: a flag given on the command line wins over the config file,
 //! which wins over the default. Defaults are safe: loopback only, fsync on,
 //! and a server listening beyond loopback refuses to start without a
-//! password.
+//! password. An empty password is refused wherever it comes from (flag,
+//! `SLUICE_PASSWORD`, file): it would be no password at all.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -38,9 +39,13 @@ pub struct ServeArgs {
     /// Password required from clients (cleartext over the connection)
     #[arg(long, env = "SLUICE_PASSWORD")]
     pub password: Option<String>,
-    /// Maximum concurrent client connections [default: 1000]
+    /// Maximum concurrent client connections, counted from accept (logged in or not)
+    /// [default: 1000]
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Seconds a client has to complete startup and authentication, 1 to 600 [default: 60]
+    #[arg(long, value_name = "SECONDS")]
+    pub authentication_timeout: Option<u64>,
     /// Maximum row size in bytes [default: 1048576]
     #[arg(long)]
     pub max_row_bytes: Option<usize>,
@@ -56,6 +61,9 @@ pub struct ServeArgs {
     /// TEST ONLY: make every Raft-log fsync take this many extra milliseconds
     #[arg(long, hide = true)]
     pub test_fsync_delay_ms: Option<u64>,
+    /// TEST ONLY: a login with this application_name panics its connection's task
+    #[arg(long, hide = true)]
+    pub test_panic_application_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -68,11 +76,15 @@ struct FileConfig {
     join: Option<bool>,
     password: Option<String>,
     max_connections: Option<usize>,
+    authentication_timeout: Option<u64>,
     max_row_bytes: Option<usize>,
     max_statement_bytes: Option<usize>,
     segment_bytes: Option<u64>,
     checkpoint_entries: Option<u64>,
 }
+
+/// `authentication_timeout`'s bounds in seconds, PostgreSQL's.
+const AUTHENTICATION_TIMEOUT_SECS: std::ops::RangeInclusive<u64> = 1..=600;
 
 /// The resolved configuration.
 #[derive(Debug, Clone)]
@@ -86,11 +98,14 @@ pub struct Config {
     pub join: bool,
     pub password: Option<String>,
     pub max_connections: usize,
+    /// How long a connection may take from accept to the end of authentication.
+    pub authentication_timeout: Duration,
     pub max_row_bytes: usize,
     pub max_statement_bytes: usize,
     pub segment_bytes: u64,
     pub checkpoint_entries: u64,
     pub fsync_delay: Option<Duration>,
+    pub test_panic_application_name: Option<String>,
 }
 
 impl Config {
@@ -112,6 +127,14 @@ impl Config {
             format!("--listen {listen_text}: {e} (expected HOST:PORT, e.g. 127.0.0.1:5499)")
         })?;
         let password = args.password.or(file.password);
+        if password.as_deref() == Some("") {
+            return Err(
+                "the password is empty (--password, SLUICE_PASSWORD or `password` in the config \
+                 file): an empty password is no password; set a non-empty one, or unset it to \
+                 run without authentication on loopback"
+                    .into(),
+            );
+        }
         if !listen.ip().is_loopback() && password.is_none() {
             return Err(format!(
                 "refusing to listen on {listen} without authentication: set --password (or SLUICE_PASSWORD), or listen on loopback"
@@ -134,6 +157,17 @@ impl Config {
         if join && peers.is_empty() {
             return Err("--join needs --peers (at least this node's own address)".into());
         }
+        let auth_secs = args
+            .authentication_timeout
+            .or(file.authentication_timeout)
+            .unwrap_or(60);
+        if !AUTHENTICATION_TIMEOUT_SECS.contains(&auth_secs) {
+            return Err(format!(
+                "--authentication-timeout {auth_secs}: must be between {} and {} seconds",
+                AUTHENTICATION_TIMEOUT_SECS.start(),
+                AUTHENTICATION_TIMEOUT_SECS.end()
+            ));
+        }
         Ok(Config {
             node_id,
             peers,
@@ -148,6 +182,7 @@ impl Config {
                 .max_connections
                 .or(file.max_connections)
                 .unwrap_or(1000),
+            authentication_timeout: Duration::from_secs(auth_secs),
             max_row_bytes: args.max_row_bytes.or(file.max_row_bytes).unwrap_or(1 << 20),
             max_statement_bytes: args
                 .max_statement_bytes
@@ -164,6 +199,7 @@ impl Config {
                 .unwrap_or(20_000)
                 .max(1),
             fsync_delay: args.test_fsync_delay_ms.map(Duration::from_millis),
+            test_panic_application_name: args.test_panic_application_name,
         })
     }
 }
@@ -218,6 +254,47 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_password_is_refused() {
+        for listen in ["127.0.0.1:5499", "0.0.0.0:5499"] {
+            let args = ServeArgs {
+                listen: Some(listen.into()),
+                password: Some(String::new()),
+                ..Default::default()
+            };
+            assert!(
+                Config::resolve(args).unwrap_err().contains("empty"),
+                "{listen}"
+            );
+        }
+    }
+
+    #[test]
+    fn authentication_timeout_is_bounded() {
+        let resolve = |secs| {
+            Config::resolve(ServeArgs {
+                authentication_timeout: secs,
+                ..Default::default()
+            })
+        };
+        assert_eq!(
+            resolve(None).unwrap().authentication_timeout,
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            resolve(Some(1)).unwrap().authentication_timeout,
+            Duration::from_secs(1)
+        );
+        for bad in [0, 601, u64::MAX] {
+            assert!(
+                resolve(Some(bad))
+                    .unwrap_err()
+                    .contains("between 1 and 600 seconds"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn peers_are_parsed_and_must_include_this_node() {
         let args = ServeArgs {
             node_id: Some(2),
@@ -251,6 +328,17 @@ mod tests {
         let c = Config::resolve(args).unwrap();
         assert_eq!(c.listen.port(), 7000);
         assert_eq!(c.max_connections, 9);
+        for bad in ["password = \"\"\n", "authentication_timeout = 0\n"] {
+            std::fs::write(&path, bad).unwrap();
+            assert!(
+                Config::resolve(ServeArgs {
+                    config: Some(path.clone()),
+                    ..Default::default()
+                })
+                .is_err(),
+                "{bad}"
+            );
+        }
         std::fs::write(&path, "bogus = 1\n").unwrap();
         assert!(Config::resolve(ServeArgs {
             config: Some(path),

@@ -9,13 +9,19 @@
 //! delivers them). The queue is bounded (see `sluice_sql::notify`).
 //! Messages are read through [`crate::wire::Reader`], which bounds and
 //! checks them before pgwire decodes them.
+//!
+//! Admission (see [`crate::admission`]) is enforced here: the connection holds its
+//! [`Ticket`] until it ends; one over the limit answers a cancel request and refuses a login
+//! with `53300`; startup and authentication must finish by the ticket's deadline; the answer to
+//! a wrong password waits out the client address's [`crate::auth_delay`].
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::SinkExt;
 use pgwire::api::{ClientInfo, PgWireConnectionState};
+use pgwire::error::PgWireError;
 use pgwire::messages::response::{NotificationResponse, TransactionStatus};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{
@@ -26,24 +32,36 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::codec::Framed;
 
+use crate::admission::{self, Ticket};
 use crate::handler::{Backend, Prepared, RawOut, SessionSlot};
+use crate::panics;
 use crate::wire::{Reader, Refused};
 
 /// A client's socket with pgwire's codec.
 type Socket = Framed<MaybeTls, PgWireMessageServerCodec<Arc<Prepared>>>;
 
-/// A client must finish startup within this time.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// SQLSTATE invalid_password.
+const INVALID_PASSWORD: &str = "28P01";
 
 /// What a message may hold beyond `max_statement_bytes` (Bind's and Parse's other fields).
 const MESSAGE_HEADROOM: usize = 1 << 20;
 
-pub async fn serve(tcp: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
-    let deadline = tokio::time::Instant::now() + STARTUP_TIMEOUT;
+pub async fn serve(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    backend: Arc<Backend>,
+    ticket: Ticket,
+) -> io::Result<()> {
+    let deadline = ticket.deadline();
     let negotiated =
         tokio::time::timeout_at(deadline, negotiate_tls::<Arc<Prepared>>(tcp, None)).await;
-    let Ok(Ok(Some(mut socket))) = negotiated else {
-        return Ok(());
+    let mut socket = match negotiated {
+        Ok(Ok(Some(socket))) => socket,
+        Ok(_) => return Ok(()),
+        Err(_) => {
+            ticket.log_timeout(peer);
+            return Ok(());
+        }
     };
 
     let mut notifications: Option<mpsc::Receiver<Notification>> = None;
@@ -77,7 +95,10 @@ pub async fn serve(tcp: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
                 }
                 continue;
             }
-            _ = tokio::time::sleep_until(deadline), if in_startup => return Ok(()),
+            _ = tokio::time::sleep_until(deadline), if in_startup => {
+                ticket.log_timeout(peer);
+                return Ok(());
+            }
         };
         let msg = match msg {
             Ok(Some(msg)) => msg,
@@ -93,6 +114,23 @@ pub async fn serve(tcp: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
         if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
             break;
         }
+        if ticket.over_limit() && !matches!(msg, PgWireFrontendMessage::CancelRequest(_)) {
+            socket
+                .send(PgWireBackendMessage::ErrorResponse(
+                    admission::too_many().into(),
+                ))
+                .await?;
+            break;
+        }
+        if let PgWireFrontendMessage::Startup(startup) = &msg {
+            panics::test_trigger(
+                startup
+                    .parameters
+                    .get("application_name")
+                    .map(String::as_str),
+            );
+        }
+        let password = matches!(msg, PgWireFrontendMessage::PasswordMessageFamily(_));
         let is_extended = match socket.state() {
             PgWireConnectionState::CopyInProgress(extended) => extended,
             _ => msg.is_extended_query(),
@@ -124,6 +162,17 @@ pub async fn serve(tcp: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
                 .await
             }
         };
+        if password {
+            match &result {
+                Err(PgWireError::UserError(info)) if info.code == INVALID_PASSWORD => {
+                    let delay = ticket.auth_delay().failed(peer.ip());
+                    let until = deadline.min(tokio::time::Instant::now() + delay);
+                    tokio::time::sleep_until(until).await;
+                }
+                Ok(()) => ticket.auth_delay().succeeded(peer.ip()),
+                Err(_) => {}
+            }
+        }
         if let Err(e) = result {
             process_error(&mut socket, e, is_extended).await?;
         }

@@ -5,6 +5,14 @@
 //! created when authentication succeeds; every handler locks it for the
 //! duration of one statement. Results stream: a query's record batches are
 //! encoded to DataRows as the client reads them, never collected whole.
+//!
+//! A running statement stops on cancel and `statement_timeout` (the session
+//! watches both, see `sluice_sql::interrupt`) and, when the connection loop
+//! gives access to the socket ([`RawAccess`]), when the client closes the
+//! connection: while a statement plans or its rows are awaited, the socket is
+//! read too (`closed`), what a client pipelines meanwhile is kept in the
+//! read buffer for later (up to `READ_AHEAD` bytes), and end of stream ends
+//! the statement — its plan is dropped and its tasks aborted.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -44,7 +52,7 @@ use sluice_sql::error::sqlstate;
 use sluice_sql::session::Description;
 use sluice_sql::statement::{self, Parsed};
 use sluice_sql::{Engine, Output, PendingCopy, Session};
-use tokio::io::AsyncWrite;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::{watch, Mutex};
 use tokio_util::codec::Framed;
 
@@ -150,6 +158,8 @@ struct Parameters {
     application_name: String,
     user: String,
     timezone: String,
+    /// `default_transaction_read_only` (libpq's `target_session_attrs` reads it).
+    read_only: String,
 }
 
 impl ServerParameterProvider for Parameters {
@@ -164,7 +174,6 @@ impl ServerParameterProvider for Parameters {
             ("integer_datetimes", "on"),
             ("standard_conforming_strings", "on"),
             ("is_superuser", "on"),
-            ("default_transaction_read_only", "off"),
             ("in_hot_standby", "off"),
             ("search_path", "\"$user\", public"),
         ] {
@@ -173,6 +182,10 @@ impl ServerParameterProvider for Parameters {
         p.insert("TimeZone".into(), self.timezone.clone());
         p.insert("application_name".into(), self.application_name.clone());
         p.insert("session_authorization".into(), self.user.clone());
+        p.insert(
+            "default_transaction_read_only".into(),
+            self.read_only.clone(),
+        );
         Some(p)
     }
 }
@@ -215,21 +228,40 @@ impl Backend {
             .get(pgwire::api::METADATA_DATABASE)
             .cloned()
             .unwrap_or_else(|| user.clone());
-        let mut session = Session::new(self.engine.clone());
+        let startup_error = |e: sluice_sql::Error| {
+            let mut info = ErrorInfo::new("FATAL".into(), e.code.into(), e.message);
+            info.detail = e.detail;
+            PgWireError::UserError(Box::new(info))
+        };
+        let mut session = Session::new(self.engine.clone()).map_err(startup_error)?;
         session.set_identity(&user, &database);
         session.set_backend_pid(pid);
         session.set_cancel_signal(cancel_rx);
-        session.set_setting("application_name", &application_name);
+        session
+            .set_setting("application_name", &application_name)
+            .map_err(startup_error)?;
         let timezone = match md.get("TimeZone").or_else(|| md.get("timezone")) {
             Some(tz) if OutputContext::new(tz).tz.is_some() || tz.eq_ignore_ascii_case("utc") => {
                 tz.clone()
             }
             _ => "UTC".to_string(),
         };
-        session.set_setting("timezone", &timezone);
-        if let Some(opts) = md.get("options") {
-            apply_startup_options(&mut session, opts);
+        session
+            .set_setting("timezone", &timezone)
+            .map_err(startup_error)?;
+        // settings Sluice acts on may come as startup parameters of their own
+        // (asyncpg's server_settings, libpq's PGOPTIONS alike) or in `options`
+        for name in STARTUP_SETTINGS {
+            if let Some(value) = md.get(name) {
+                session.set_setting(name, value).map_err(startup_error)?;
+            }
         }
+        if let Some(opts) = md.get("options") {
+            apply_startup_options(&mut session, opts).map_err(startup_error)?;
+        }
+        let read_only = session
+            .setting("default_transaction_read_only")
+            .unwrap_or_else(|| "off".into());
         client
             .session_extensions()
             .insert(SessionSlot(Arc::new(Mutex::new(session))));
@@ -240,33 +272,45 @@ impl Backend {
                 application_name,
                 user,
                 timezone,
+                read_only,
             },
         )
         .await
     }
 }
 
-/// `options=-c name=value` from the startup packet.
-fn apply_startup_options(session: &mut Session, opts: &str) {
+/// Settings a startup packet may carry as parameters of their own.
+const STARTUP_SETTINGS: [&str; 5] = [
+    "statement_timeout",
+    "default_transaction_read_only",
+    "max_statement_memory",
+    "tail_wait",
+    "read_consistency",
+];
+
+/// `options=-c name=value` (or `--name=value`) from the startup packet; a
+/// value a setting cannot take refuses the connection, as in PostgreSQL.
+fn apply_startup_options(session: &mut Session, opts: &str) -> sluice_sql::Result<()> {
     let mut it = opts.split_whitespace();
     while let Some(tok) = it.next() {
         let kv = if tok == "-c" {
             it.next()
         } else {
-            tok.strip_prefix("-c")
+            tok.strip_prefix("-c").or_else(|| tok.strip_prefix("--"))
         };
         if let Some((k, v)) = kv.and_then(|kv| kv.split_once('=')) {
-            session.set_setting(k, v);
+            session.set_setting(&k.replace('-', "_"), v)?;
         }
     }
+    Ok(())
 }
 
 #[async_trait]
 impl CancelHandler for Backend {
     async fn on_cancel_request(&self, req: CancelRequest) {
-        // statements pgwire runs under its own cancel select
-        self.connections.cancel(req.pid, &req.secret_key).await;
-        // tails, FETCH waits and COPY TO streams watch the session's signal
+        // Every statement watches the session's signal, from planning to its
+        // last row (pgwire's own cancel would drop a statement's future even
+        // after it proposed a write).
         if let Ok(m) = self.cancels.lock() {
             if let Some((key, tx)) = m.get(&req.pid) {
                 if *key == req.secret_key.to_bytes() {
@@ -430,28 +474,101 @@ fn internal_copy() -> sluice_sql::Error {
     sluice_sql::Error::internal("COPY TO data and statement do not match")
 }
 
-/// Direct access to a connection's outgoing bytes: COPY data framed in
-/// advance goes out whole instead of through pgwire's encoder a row at a
-/// time (one copy of every row and a 8 KiB write at a time).
+/// Direct access to a connection's bytes: COPY data framed in advance goes
+/// out whole instead of through pgwire's encoder a row at a time (one copy
+/// of every row and a 8 KiB write at a time), and a running statement reads
+/// the socket to notice the client leaving (`closed`).
 pub trait RawOut: Send {
     /// Bytes queued for the socket (pgwire's write buffer).
     fn write_buffer(&mut self) -> &mut BytesMut;
-    /// The socket, for bytes written once that buffer is flushed.
-    fn socket(&mut self) -> &mut (dyn AsyncWrite + Unpin + Send);
+    /// Bytes read from the socket, not yet decoded (pgwire's read buffer).
+    fn read_buffer(&mut self) -> &mut BytesMut;
+    /// The socket, for bytes written once the write buffer is flushed and
+    /// bytes read into the read buffer.
+    fn socket(&mut self) -> &mut dyn Socket;
 }
+
+/// A connection's socket.
+pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Socket for T {}
 
 impl<T, U> RawOut for Framed<T, U>
 where
-    T: AsyncWrite + Unpin + Send,
+    T: AsyncRead + AsyncWrite + Unpin + Send,
     U: Send,
 {
     fn write_buffer(&mut self) -> &mut BytesMut {
         self.write_buffer_mut()
     }
 
-    fn socket(&mut self) -> &mut (dyn AsyncWrite + Unpin + Send) {
+    fn read_buffer(&mut self) -> &mut BytesMut {
+        self.read_buffer_mut()
+    }
+
+    fn socket(&mut self) -> &mut dyn Socket {
         self.get_mut()
     }
+}
+
+/// Bytes a client may send ahead while its statement runs (pipelined
+/// messages) that [`closed`] reads into the read buffer; beyond them it
+/// stops reading, and only a failed write notices the client leaving.
+const READ_AHEAD: usize = 64 << 10;
+
+/// Resolves when the client has closed the connection (or the socket
+/// failed): the statement running for it should stop. Bytes the client
+/// sends meanwhile go to the read buffer, where the connection loop decodes
+/// them next. Cancel-safe: a read moves bytes only once it completes.
+async fn closed<C>(client: &mut C, raw: RawAccess<C>) -> PgWireError {
+    let mut chunk = [0u8; 1024];
+    loop {
+        if raw(client).read_buffer().len() >= READ_AHEAD {
+            return futures::future::pending().await;
+        }
+        match raw(client).socket().read(&mut chunk).await {
+            Ok(0) => {
+                return PgWireError::IoError(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the client closed the connection while its statement ran",
+                ))
+            }
+            Ok(n) => raw(client).read_buffer().extend_from_slice(&chunk[..n]),
+            Err(e) => return PgWireError::IoError(e),
+        }
+    }
+}
+
+/// `fut`, or the client leaving first (with `raw`, see [`closed`]).
+async fn unless_closed<C, F: std::future::Future>(
+    client: &mut C,
+    raw: Option<RawAccess<C>>,
+    fut: F,
+) -> PgWireResult<F::Output> {
+    let Some(raw) = raw else {
+        return Ok(fut.await);
+    };
+    tokio::select! {
+        biased;
+        out = fut => Ok(out),
+        e = closed(client, raw) => Err(e),
+    }
+}
+
+/// The next item of `stream`; without one ready, also watches for the
+/// client leaving (with `raw`).
+async fn next_unless_closed<C, S>(
+    client: &mut C,
+    raw: Option<RawAccess<C>>,
+    stream: &mut S,
+) -> PgWireResult<Option<S::Item>>
+where
+    S: futures::Stream + Unpin,
+{
+    if let Poll::Ready(next) = futures::poll!(stream.next()) {
+        return Ok(next);
+    }
+    unless_closed(client, raw, stream.next()).await
 }
 
 /// How handlers generic over their client reach [`RawOut`] when the caller
@@ -501,7 +618,7 @@ where
             Poll::Ready(next) => next,
             Poll::Pending => {
                 client.flush().await?;
-                frames.next().await
+                unless_closed(client, raw, frames.next()).await?
             }
         };
         let Some(chunk) = next else { break };
@@ -576,12 +693,62 @@ fn wire_status(s: sluice_sql::TxnStatus) -> pgwire::messages::response::Transact
     }
 }
 
+/// Send a statement's rows: RowDescription (simple protocol only), one
+/// DataRow per row, CommandComplete. An error mid-stream (cancel, timeout,
+/// a failing plan) is returned for the caller to report; the client leaving
+/// while rows are awaited ends it too (with `raw`).
+#[allow(clippy::too_many_arguments)]
+async fn send_rows<C>(
+    client: &mut C,
+    schema: &arrow::datatypes::Schema,
+    mut stream: datafusion::execution::SendableRecordBatchStream,
+    tag: &str,
+    format: &Format,
+    ctx: OutputContext,
+    raw: Option<RawAccess<C>>,
+    describe: bool,
+) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    use pgwire::messages::data::RowDescription;
+    let fields = field_infos(schema, |i| format.format_for(i));
+    if describe {
+        client
+            .feed(PgWireBackendMessage::RowDescription(RowDescription::new(
+                fields.iter().map(Into::into).collect(),
+            )))
+            .await?;
+    }
+    let encoder = RowEncoder::new(&fields, schema, ctx);
+    let mut rows = 0usize;
+    while let Some(batch) = next_unless_closed(client, raw, &mut stream).await? {
+        let batch = batch.map_err(|e| user_error(sluice_sql::Error::from(e)))?;
+        let encoded = encoder
+            .encode_batch(&batch)
+            .map_err(|e| user_error(sluice_sql::Error::internal(e)))?;
+        for row in encoded {
+            client.feed(PgWireBackendMessage::DataRow(row)).await?;
+            rows += 1;
+        }
+    }
+    client
+        .feed(PgWireBackendMessage::CommandComplete(
+            Tag::new(tag).with_rows(rows).into(),
+        ))
+        .await?;
+    Ok(())
+}
+
 impl Backend {
     /// The simple query protocol, driven here rather than by pgwire so that
-    /// results go out as each statement produces them, COPY TO streams end
-    /// with a proper ErrorResponse, a cancel request interrupts execution,
-    /// and the transaction status comes from the session itself. With
-    /// `raw`, COPY TO data goes straight to the socket.
+    /// each statement's results go out before the next statement runs, COPY
+    /// TO streams end with a proper ErrorResponse, a statement stops when the
+    /// client leaves (with `raw`), and the transaction status comes from the
+    /// session itself. With `raw`, COPY TO data goes straight to the socket.
+    /// A COPY FROM STDIN ends the query string: what follows it is not run.
     pub async fn simple_query<C>(
         &self,
         client: &mut C,
@@ -601,44 +768,57 @@ impl Backend {
         }
         client.set_state(PgWireConnectionState::QueryInProgress);
         let session = session_of(client)?;
-        let mut s = session.lock().await;
-        let mut cancel = s.cancel_signal();
-        let outputs = tokio::select! {
-            o = s.simple_query(&query.query) => o,
-            _ = cancel.wait() => vec![Err(sluice_sql::tail::cancelled_error())],
-        };
-        let ctx = output_context(&s);
-        drop(s);
-        if outputs.is_empty() {
-            client
-                .feed(PgWireBackendMessage::EmptyQueryResponse(
-                    EmptyQueryResponse::new(),
-                ))
-                .await?;
-        }
+        let parsed = session.lock().await.parse_query(&query.query);
         let mut copy_in = false;
-        for out in outputs {
-            let result = match out {
-                Err(e) => Err(user_error(e)),
-                Ok(out) => match copy_out_of(out, ctx.clone(), self.engine.query_runtime()) {
-                    Ok(copy) => Box::pin(send_copy_out(client, copy, raw)).await,
-                    Err(out) => {
-                        let resp = to_response(client, out, &Format::UnifiedText, ctx.clone());
-                        copy_in |= matches!(resp, Response::CopyIn(_));
-                        send_simple_response(client, resp).await
+        match parsed {
+            Ok(parsed) if parsed.is_empty() => {
+                client
+                    .feed(PgWireBackendMessage::EmptyQueryResponse(
+                        EmptyQueryResponse::new(),
+                    ))
+                    .await?;
+            }
+            Ok(parsed) => {
+                for p in &parsed {
+                    let mut s = session.lock().await;
+                    let out = unless_closed(client, raw, s.execute(p, &[])).await?;
+                    let ctx = match &out {
+                        Ok(Output::Tag(_)) | Err(_) => OutputContext { tz: None },
+                        _ => output_context(&s),
+                    };
+                    drop(s);
+                    let result = match out {
+                        Err(e) => Err(user_error(e)),
+                        Ok(out) => {
+                            let r = self.send_output(client, out, ctx, raw, &mut copy_in).await;
+                            if matches!(&r, Err(e) if !matches!(e, PgWireError::IoError(_))) {
+                                // an error while rows streamed ends the block too
+                                session.lock().await.abort_block();
+                            }
+                            r
+                        }
+                    };
+                    if let Err(e) = result {
+                        if matches!(e, PgWireError::IoError(_)) {
+                            return Err(e);
+                        }
+                        let info: ErrorInfo = e.into();
+                        client
+                            .feed(PgWireBackendMessage::ErrorResponse(info.into()))
+                            .await?;
+                        copy_in = false;
+                        break;
                     }
-                },
-            };
-            if let Err(e) = result {
-                if matches!(e, PgWireError::IoError(_)) {
-                    return Err(e);
+                    if copy_in {
+                        break;
+                    }
                 }
-                let info: ErrorInfo = e.into();
+            }
+            Err(e) => {
+                let info = error_info(e);
                 client
                     .feed(PgWireBackendMessage::ErrorResponse(info.into()))
                     .await?;
-                copy_in = false;
-                break;
             }
         }
         if copy_in {
@@ -651,9 +831,50 @@ impl Backend {
         send_ready_for_query(client, status).await
     }
 
-    /// Execute: COPY TO and row-limited fetches are served here, the rest
+    /// One statement's output in the simple protocol; `copy_in` is set when
+    /// the client must now send COPY data.
+    async fn send_output<C>(
+        &self,
+        client: &mut C,
+        out: Output,
+        ctx: OutputContext,
+        raw: Option<RawAccess<C>>,
+        copy_in: &mut bool,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match out {
+            Output::Rows {
+                schema,
+                stream,
+                tag,
+            } => {
+                let format = Format::UnifiedText;
+                Box::pin(send_rows(
+                    client, &schema, stream, &tag, &format, ctx, raw, true,
+                ))
+                .await
+            }
+            out => match copy_out_of(out, ctx.clone(), self.engine.query_runtime()) {
+                Ok(copy) => Box::pin(send_copy_out(client, copy, raw)).await,
+                Err(out) => {
+                    let resp = to_response(client, out, &Format::UnifiedText, ctx);
+                    *copy_in |= matches!(resp, Response::CopyIn(_));
+                    send_simple_response(client, resp).await
+                }
+            },
+        }
+    }
+
+    /// Execute: COPY TO, row-limited fetches of tails and (with `raw`) every
+    /// statement of a portal that has not run yet are served here, the rest
     /// by pgwire's default (which calls `do_query`). With `raw`, COPY TO
-    /// data goes straight to the socket.
+    /// data goes straight to the socket and a statement stops when the
+    /// client leaves.
     pub async fn execute<C>(
         &self,
         client: &mut C,
@@ -675,26 +896,38 @@ impl Backend {
             let values = bind_params(&portal)?;
             let session = session_of(client)?;
             let mut s = session.lock().await;
-            let out = s.execute(&portal.statement.statement.parsed, &values).await;
+            let parsed = &portal.statement.statement.parsed;
+            let out = unless_closed(client, raw, s.execute(parsed, &values)).await?;
             let ctx = output_context(&s);
             drop(s);
             let out = out.map_err(user_error)?;
-            return match copy_out_of(out, ctx, self.engine.query_runtime()) {
+            let sent = match copy_out_of(out, ctx, self.engine.query_runtime()) {
                 Ok(copy) => Box::pin(send_copy_out(client, copy, raw)).await,
                 Err(_) => Err(user_error(internal_copy())),
             };
+            if matches!(&sent, Err(e) if !matches!(e, PgWireError::IoError(_))) {
+                session.lock().await.abort_block();
+            }
+            return sent;
         }
         let max_rows = message.max_rows.max(0) as usize;
         if max_rows == 0 || !matches!(portal.statement.statement.parsed, Parsed::Query(_)) {
-            return self._on_execute(client, message).await;
+            return match raw {
+                Some(raw) if max_rows == 0 => self.execute_portal(client, &portal, raw).await,
+                _ => self._on_execute(client, message).await,
+            };
         }
         let values = bind_params(&portal)?;
         let key = Arc::as_ptr(&portal.state) as usize;
         let session = session_of(client)?;
         let mut s = session.lock().await;
-        let fetched =
-            Box::pin(s.portal_fetch(key, &portal.statement.statement.parsed, &values, max_rows))
-                .await;
+        let parsed = &portal.statement.statement.parsed;
+        let fetched = unless_closed(
+            client,
+            raw,
+            Box::pin(s.portal_fetch(key, parsed, &values, max_rows)),
+        )
+        .await?;
         let ctx = output_context(&s);
         drop(s);
         let Some((schema, batches, more)) = fetched.map_err(user_error)? else {
@@ -724,6 +957,94 @@ impl Backend {
                 ))
                 .await?;
         }
+        Ok(())
+    }
+
+    /// Execute without a row limit, as pgwire's default does it, but with
+    /// the rows streamed here (so the client leaving stops the statement). A
+    /// portal that already ran goes to pgwire (its rows are done).
+    async fn execute_portal<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Arc<Prepared>>,
+        raw: RawAccess<C>,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        use pgwire::api::portal::PortalExecutionState;
+        use pgwire::api::query::send_execution_response;
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        if !matches!(*portal.state.lock().await, PortalExecutionState::Initial) {
+            let message = Execute::new(Some(portal.name.clone()), 0);
+            return self._on_execute(client, message).await;
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let values = bind_params(portal)?;
+        let session = session_of(client)?;
+        let mut s = session.lock().await;
+        let parsed = &portal.statement.statement.parsed;
+        let out = unless_closed(client, Some(raw), s.execute(parsed, &values)).await?;
+        let ctx = match &out {
+            Ok(Output::Tag(_)) | Err(_) => OutputContext { tz: None },
+            _ => output_context(&s),
+        };
+        drop(s);
+        let out = out.map_err(user_error)?;
+        let format = &portal.result_column_format;
+        match out {
+            Output::Rows {
+                schema,
+                stream,
+                tag,
+            } => {
+                let sent = Box::pin(send_rows(
+                    client,
+                    &schema,
+                    stream,
+                    &tag,
+                    format,
+                    ctx,
+                    Some(raw),
+                    false,
+                ))
+                .await;
+                if let Err(e) = sent {
+                    if !matches!(e, PgWireError::IoError(_)) {
+                        session.lock().await.abort_block();
+                    }
+                    return Err(e);
+                }
+                *portal.state.lock().await = PortalExecutionState::Finished;
+            }
+            out @ Output::CopyOut { .. } => {
+                match copy_out_of(out, ctx, self.engine.query_runtime()) {
+                    Ok(copy) => Box::pin(send_copy_out(client, copy, Some(raw))).await?,
+                    Err(_) => return Err(user_error(internal_copy())),
+                }
+            }
+            out => match to_response(client, out, format, ctx) {
+                Response::Execution(tag) => send_execution_response(client, tag).await?,
+                Response::TransactionStart(tag) => send_execution_response(client, tag).await?,
+                Response::TransactionEnd(tag) => {
+                    send_execution_response(client, tag).await?;
+                    client.portal_store().rm_portal(pgwire::api::DEFAULT_NAME);
+                }
+                Response::CopyIn(r) => {
+                    client.set_state(PgWireConnectionState::CopyInProgress(true));
+                    pgwire::api::copy::send_copy_in_response(client, r).await?;
+                    return Ok(());
+                }
+                Response::Error(e) => return Err(PgWireError::UserError(e)),
+                _ => return Err(user_error(internal_copy())),
+            },
+        }
+        client.set_state(PgWireConnectionState::ReadyForQuery);
         Ok(())
     }
 }

@@ -4,6 +4,9 @@
 //! `sluice serve` recovers the data directory, starts the Raft node and
 //! accepts Postgres clients until SIGTERM or Ctrl-C, then stops accepting,
 //! lets open connections finish (bounded), and checkpoints on the way out.
+//! Each accepted socket is admitted (or refused) from accept on, see
+//! `sluice_server::admission`; panics are logged once per location, see
+//! `sluice_server::panics`.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
@@ -16,9 +19,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use sluice_server::admission::{self, Admission, Admit, REFUSALS};
 use sluice_server::config::{Config, ServeArgs};
-use sluice_server::connection;
 use sluice_server::handler::Backend;
+use sluice_server::{accept, connection, panics};
 
 /// mimalloc: the hot paths (one INSERT, one COPY batch) allocate and free many small
 /// buffers across tokio worker threads, where glibc malloc spends a tenth of the CPU.
@@ -50,6 +54,7 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
+    panics::install();
     let cli = Cli::parse();
     let Command::Serve(args) = cli.command;
     let config = match Config::resolve(args) {
@@ -131,35 +136,36 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
     println!("listening on {addr}");
     let _ = std::io::stdout().flush();
 
+    warn_if_short_of_descriptors(config.max_connections);
+    if let Some(name) = config.test_panic_application_name.clone() {
+        panics::set_test_trigger(name);
+    }
+
     let backend = Backend::new(
         engine.clone(),
         config.password.clone(),
         config.max_connections,
     );
+    let admission = Admission::new(config.max_connections, config.authentication_timeout);
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
     tokio::spawn(watch_signals(shutdown.clone()));
 
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((socket, peer)) => {
-                    let _ = socket.set_nodelay(true);
-                    let backend = backend.clone();
-                    tracker.spawn(async move {
-                        if let Err(e) = connection::serve(socket, backend).await {
-                            tracing::debug!(%peer, "connection ended: {e}");
-                        }
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+    accept::run(&listener, &shutdown, |socket, peer| {
+        match admission.admit() {
+            Admit::Ticket(ticket) => {
+                let _ = socket.set_nodelay(true);
+                let backend = backend.clone();
+                tracker.spawn(async move {
+                    if let Err(e) = connection::serve(socket, peer, backend, ticket).await {
+                        tracing::debug!(%peer, "connection ended: {e}");
+                    }
+                });
             }
+            Admit::Full => admission::refuse_now(socket),
         }
-    }
+    })
+    .await;
     tracing::info!("shutting down");
     engine.step_down().await;
     tracker.close();
@@ -172,6 +178,39 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
     engine.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Warns when the open-file limit (`ulimit -n`) leaves too few descriptors for
+/// `max_connections` sockets next to the ones the server holds already (Linux only: read from
+/// `/proc/self`). Past the limit accept fails and is retried (see `sluice_server::accept`),
+/// but the storage engine may fail to open a file too.
+fn warn_if_short_of_descriptors(max_connections: usize) {
+    /// Descriptors the engine may open beyond those open at startup.
+    const HEADROOM: usize = 64;
+    let Some(limit) = open_file_limit() else {
+        return;
+    };
+    let in_use = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    let needed = in_use + max_connections + REFUSALS + HEADROOM;
+    if needed > limit {
+        tracing::warn!(
+            "the open-file limit is {limit} but --max-connections {max_connections} may need \
+             about {needed} descriptors ({in_use} in use now, {REFUSALS} for refusing clients \
+             over the limit, {HEADROOM} for the engine): raise `ulimit -n` or lower \
+             --max-connections"
+        );
+    }
+}
+
+/// The soft limit on open files, from `/proc/self/limits`.
+fn open_file_limit() -> Option<usize> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 async fn watch_signals(token: CancellationToken) {

@@ -60,8 +60,8 @@ impl Reader {
     {
         loop {
             let typed = !matches!(socket.state(), PgWireConnectionState::AwaitingStartup);
-            if let Some(len) = complete(socket.read_buffer(), typed, self.max_message)? {
-                check(&socket.read_buffer()[..len], typed)?;
+            if let Some(len) = framed(socket.read_buffer(), typed, self.max_message)? {
+                debug_assert!(len <= socket.read_buffer().len());
                 return decode(socket).map(Some);
             }
             let n = match socket.get_mut().read(&mut self.chunk).await {
@@ -71,6 +71,19 @@ impl Reader {
             socket.read_buffer_mut().extend_from_slice(&self.chunk[..n]);
         }
     }
+}
+
+/// The length of the first message in `buf` once it is all there and its structure checked
+/// (`typed`: after the startup phase, when every message starts with a type byte); `None`
+/// while more bytes are needed; an error as soon as the header announces an impossible or too
+/// large length, or the structure is wrong. A message this accepts is safe to hand to pgwire's
+/// decoder (`server/tests/fuzz.rs` checks that property).
+pub fn framed(buf: &[u8], typed: bool, max: usize) -> Result<Option<usize>, Refused> {
+    let Some(len) = complete(buf, typed, max)? else {
+        return Ok(None);
+    };
+    check(&buf[..len], typed)?;
+    Ok(Some(len))
 }
 
 /// The whole first message's length once it is all buffered; an error as soon as its header
@@ -101,7 +114,7 @@ fn complete(buf: &[u8], typed: bool, max: usize) -> Result<Option<usize>, Refuse
 /// Structure checks of the messages whose fields pgwire trusts. `msg` is one whole message.
 fn check(msg: &[u8], typed: bool) -> Result<(), Refused> {
     if !typed {
-        return Ok(());
+        return check_startup(msg);
     }
     let mut body = Fields(&msg[5..]);
     match msg[0] {
@@ -137,6 +150,12 @@ fn check(msg: &[u8], typed: bool) -> Result<(), Refused> {
             body.skip(1)?;
             body.text("name")?;
         }
+        b'f' => {
+            body.text("error message")?;
+        }
+        // Sync, Flush, Terminate, CopyDone: no body (pgwire would leave one in the buffer,
+        // to be read as the start of the next message).
+        b'S' | b'H' | b'X' | b'c' => {}
         _ => return Ok(()),
     }
     if body.0.is_empty() {
@@ -145,6 +164,48 @@ fn check(msg: &[u8], typed: bool) -> Result<(), Refused> {
         Err(protocol(
             "invalid message format: bytes after the last field",
         ))
+    }
+}
+
+/// Request codes of the packets that share the startup packet's layout.
+const CANCEL_REQUEST: i32 = 80877102;
+const SSL_REQUEST: i32 = 80877103;
+const GSS_REQUEST: i32 = 80877104;
+
+/// A startup packet is a version and `name\0value\0` pairs ending with one more NUL, which
+/// must be its last byte (pgwire stops at the terminator and would leave the rest in the
+/// buffer, to be read as the next message); a cancel request is exactly a process id and a
+/// secret key; an SSL or GSS request is the code alone.
+fn check_startup(msg: &[u8]) -> Result<(), Refused> {
+    let mut body = Fields(&msg[4..]);
+    let exact = |len: usize| {
+        if msg.len() == len {
+            Ok(())
+        } else {
+            Err(protocol(format!(
+                "invalid length of startup packet: {}",
+                msg.len()
+            )))
+        }
+    };
+    match body.i32()? {
+        CANCEL_REQUEST => exact(16),
+        SSL_REQUEST | GSS_REQUEST => exact(8),
+        _ => loop {
+            match body.0 {
+                [0] => return Ok(()),
+                // An empty name is the terminator, so it must be the last byte.
+                [] | [0, ..] => {
+                    return Err(protocol(
+                        "invalid startup packet layout: expected terminator as last byte",
+                    ))
+                }
+                _ => {
+                    body.text("startup parameter name")?;
+                    body.text("startup parameter value")?;
+                }
+            }
+        },
     }
 }
 
@@ -279,6 +340,39 @@ mod tests {
             "08P01"
         );
         assert_eq!(code(check(&msg(b'Q', b"SELECT 1"), true)), "08P01");
+    }
+
+    /// Found by `server/tests/fuzz.rs`: pgwire decodes these messages without reading the
+    /// rest of their declared length, which was then read as the next message.
+    #[test]
+    fn messages_that_pgwire_reads_short_are_refused_whole() {
+        for kind in [b'S', b'H', b'X', b'c'] {
+            assert!(check(&msg(kind, b""), true).is_ok());
+            assert_eq!(code(check(&msg(kind, b"Q"), true)), "08P01");
+        }
+        let startup = |body: &[u8]| {
+            let mut m = (body.len() as u32 + 8).to_be_bytes().to_vec();
+            m.extend_from_slice(&196608i32.to_be_bytes());
+            m.extend_from_slice(body);
+            m
+        };
+        assert!(check(&startup(b"user\0alice\0\0"), false).is_ok());
+        assert!(check(&startup(b"\0"), false).is_ok());
+        for bad in [
+            &b"user\0alice\0"[..],
+            b"user\0alice",
+            b"\0\0user\0a\0\0",
+            b"",
+        ] {
+            assert_eq!(code(check(&startup(bad), false)), "08P01", "{bad:?}");
+        }
+        let mut cancel = 16u32.to_be_bytes().to_vec();
+        cancel.extend_from_slice(&80877102i32.to_be_bytes());
+        cancel.extend_from_slice(&[0; 8]);
+        assert!(check(&cancel, false).is_ok());
+        cancel.push(0);
+        cancel[3] = 17;
+        assert_eq!(code(check(&cancel, false)), "08P01");
     }
 
     #[test]

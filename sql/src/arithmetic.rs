@@ -2,18 +2,24 @@
 //!
 //! DataFusion adds, subtracts and multiplies integers with wrapping kernels (so
 //! `9223372036854775807::bigint + 1` is `-9223372036854775808`), divides floats by zero into
-//! `Infinity`, and sums `bigint`s into a `bigint` that wraps. PostgreSQL raises `22003`
-//! ("bigint out of range", "value out of range: overflow") and `22012` ("division by zero").
-//! [`CheckedArithmetic`], an analyzer rule that runs after type coercion, rewrites every such
-//! operation in a plan (subqueries included) into [`checked`] functions that raise those
-//! errors, folding constant operands itself; output names stay as written. [`checked_sum`]
-//! replaces `sum` with one whose `bigint` total raises `22003` instead of wrapping
-//! (PostgreSQL sums `bigint` into `numeric`; Sluice keeps `bigint` and refuses what does not
-//! fit).
+//! `Infinity` (and takes a float modulo zero as `NaN`), computes math functions in IEEE
+//! floats (`10::numeric ^ 1000` is `Infinity`, `ln(0)` `-Infinity`, `sqrt(-1)` `NaN`), and
+//! sums `bigint`s into a `bigint` that wraps. PostgreSQL raises `22003` ("bigint out of
+//! range", "value out of range: overflow"), `22012` ("division by zero"), `2201E` (a
+//! logarithm of zero or of a negative number) and `2201F` (a square root of a negative
+//! number, a negative number to a fractional power). [`CheckedArithmetic`], an analyzer rule
+//! that runs after type coercion, rewrites every such operation in a plan (subqueries
+//! included) into [`checked`] functions that raise those errors, folding constant operands
+//! itself, and wraps the math functions whose results it must vet ([`MATH_FUNCTIONS`]) with
+//! a check of each result against its arguments ([`crate::checked_fn`]); output names stay
+//! as written. [`checked_sum`] replaces `sum` with one whose `bigint` total raises `22003`
+//! instead of wrapping (PostgreSQL sums `bigint` into `numeric`; Sluice keeps `bigint` and
+//! refuses what does not fit).
 //!
 //! Invariants: a rewritten operation has the type the original had (both operands already
 //! coerced to one type), so a plan's schema does not change; an overflow among constants is
-//! an error at planning, as PostgreSQL's is.
+//! an error at planning, as PostgreSQL's is; a NaN or infinite argument passes through, as
+//! in PostgreSQL (`'Infinity'::float8 * 2` is `Infinity`).
 
 use std::sync::{Arc, LazyLock};
 
@@ -24,6 +30,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, Result as DFResult, ScalarValue};
 use datafusion::error::DataFusionError;
+use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::type_coercion::binary::BinaryTypeCoercer;
@@ -35,6 +42,9 @@ use datafusion::logical_expr::{
     ScalarUDF, ScalarUDFImpl, SetMonotonicity, Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
+
+use crate::checked_fn::{self, Check};
+use crate::error::sqlstate;
 
 /// The analyzer rule (see the module doc).
 #[derive(Debug, Default)]
@@ -74,6 +84,7 @@ fn typed_rewrite(expr: Expr, schema: &DFSchema) -> DFResult<(Expr, Option<DataTy
                 Operator::Minus => Some(Op::Sub),
                 Operator::Multiply => Some(Op::Mul),
                 Operator::Divide => Some(Op::Div),
+                Operator::Modulo => Some(Op::Mod),
                 _ => None,
             };
             match (checked_op, lt, rt) {
@@ -99,6 +110,18 @@ fn typed_rewrite(expr: Expr, schema: &DFSchema) -> DFResult<(Expr, Option<DataTy
                 }
             }
         }
+        Expr::ScalarFunction(ScalarFunction { func, args })
+            if MATH_FUNCTIONS.contains(&func.name()) && !checked_fn::is_checked(&func) =>
+        {
+            let args = args
+                .into_iter()
+                .map(|a| typed_rewrite(a, schema).map(|(a, _)| a))
+                .collect::<DFResult<Vec<_>>>()?;
+            let func = Arc::new(checked_fn::checked(func.as_ref().clone(), math_check()));
+            let e = Expr::ScalarFunction(ScalarFunction { func, args });
+            let t = e.get_type(schema).ok();
+            Ok((e, t))
+        }
         // Subqueries are plans of their own (`transform_up_with_subqueries` visits them).
         e @ (Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_)) => {
             let t = e.get_type(schema).ok();
@@ -120,6 +143,7 @@ enum Op {
     Sub,
     Mul,
     Div,
+    Mod,
 }
 
 impl Op {
@@ -129,22 +153,25 @@ impl Op {
             Op::Sub => "sluice_checked_sub",
             Op::Mul => "sluice_checked_mul",
             Op::Div => "sluice_checked_div",
+            Op::Mod => "sluice_checked_mod",
         }
     }
 
     /// Whether DataFusion's own operator on `t` can give a wrong number PostgreSQL would
-    /// refuse (integer division is already checked: a zero divisor is an error).
+    /// refuse (integer division and modulo are already checked: a zero divisor is an error).
     fn checks(self, t: &DataType) -> bool {
         match t {
-            DataType::Int16 | DataType::Int32 | DataType::Int64 => self != Op::Div,
+            DataType::Int16 | DataType::Int32 | DataType::Int64 => {
+                !matches!(self, Op::Div | Op::Mod)
+            }
             DataType::Float32 | DataType::Float64 => true,
             _ => false,
         }
     }
 
     fn udf(self) -> Arc<ScalarUDF> {
-        static UDFS: LazyLock<[Arc<ScalarUDF>; 4]> = LazyLock::new(|| {
-            [Op::Add, Op::Sub, Op::Mul, Op::Div]
+        static UDFS: LazyLock<[Arc<ScalarUDF>; 5]> = LazyLock::new(|| {
+            [Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Mod]
                 .map(|op| Arc::new(ScalarUDF::from(Checked::new(op))))
         });
         UDFS[self as usize].clone()
@@ -169,7 +196,9 @@ impl Checked {
 
 /// The functions, for tests and `EXPLAIN` readers: [`CheckedArithmetic`] calls them.
 pub fn checked() -> Vec<Arc<ScalarUDF>> {
-    [Op::Add, Op::Sub, Op::Mul, Op::Div].map(Op::udf).to_vec()
+    [Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Mod]
+        .map(Op::udf)
+        .to_vec()
 }
 
 impl ScalarUDFImpl for Checked {
@@ -213,6 +242,7 @@ fn compute(op: Op, l: &ArrayRef, r: &ArrayRef) -> DFResult<ArrayRef> {
         Op::Sub => numeric::sub(l, r),
         Op::Mul => numeric::mul(l, r),
         Op::Div => numeric::div(l, r),
+        Op::Mod => numeric::rem(l, r),
     };
     result.map_err(|_| out_of_range(&t))
 }
@@ -225,6 +255,7 @@ fn float(op: Op, l: &ArrayRef, r: &ArrayRef) -> DFResult<ArrayRef> {
         Op::Sub => numeric::sub_wrapping(l, r),
         Op::Mul => numeric::mul_wrapping(l, r),
         Op::Div => numeric::div(l, r),
+        Op::Mod => numeric::rem(l, r),
     }?;
     let f64s = |a: &ArrayRef| -> Vec<Option<f64>> {
         match a.data_type() {
@@ -241,7 +272,7 @@ fn float(op: Op, l: &ArrayRef, r: &ArrayRef) -> DFResult<ArrayRef> {
         let (Some(a), Some(b), Some(o)) = (lv[i], rv[i], ov[i]) else {
             continue;
         };
-        if op == Op::Div && b == 0.0 && !a.is_nan() {
+        if matches!(op, Op::Div | Op::Mod) && b == 0.0 && !a.is_nan() {
             return Err(DataFusionError::Execution("division by zero".into()));
         }
         if o.is_infinite() && a.is_finite() && b.is_finite() {
@@ -260,6 +291,141 @@ fn out_of_range(t: &DataType) -> DataFusionError {
         _ => "bigint",
     };
     DataFusionError::Execution(format!("{name} out of range"))
+}
+
+/// Math functions whose IEEE results PostgreSQL refuses in part (see `MathCheck`).
+pub const MATH_FUNCTIONS: [&str; 13] = [
+    "power", "pow", "exp", "ln", "log", "log10", "log2", "sqrt", "asin", "acos", "acosh", "atanh",
+    "degrees",
+];
+
+fn math_check() -> Arc<dyn Check> {
+    static CHECK: LazyLock<Arc<dyn Check>> = LazyLock::new(|| Arc::new(MathCheck));
+    CHECK.clone()
+}
+
+/// PostgreSQL's `float8` rules for [`MATH_FUNCTIONS`], applied to each result with the
+/// arguments that gave it: an infinite result from finite arguments is an overflow
+/// (`22003`), zero from `power`/`exp` of finite nonzero arguments an underflow (`22003`), a
+/// logarithm of zero or a negative number `2201E` (base 1: `22012`), a square root of a
+/// negative number or a negative number to a fractional power `2201F`, `asin`/`acos`/
+/// `acosh`/`atanh` outside their domain `22003` ("input is out of range").
+#[derive(Debug)]
+struct MathCheck;
+
+impl Check for MathCheck {
+    fn after(
+        &self,
+        name: &str,
+        args: &[ColumnarValue],
+        rows: usize,
+        out: &ColumnarValue,
+    ) -> DFResult<()> {
+        let floats = |v: &ColumnarValue| -> DFResult<Option<Vec<Option<f64>>>> {
+            let a = v.to_array(rows)?;
+            if !matches!(a.data_type(), DataType::Float32 | DataType::Float64) {
+                return Ok(None);
+            }
+            let a = arrow::compute::cast(&a, &DataType::Float64)?;
+            Ok(Some(a.as_primitive::<Float64Type>().iter().collect()))
+        };
+        let Some(out) = floats(out)? else {
+            return Ok(()); // a decimal or integer result checks its own overflow
+        };
+        let underflows = matches!(name, "power" | "pow" | "exp");
+        // the common case: every result an ordinary number
+        if out
+            .iter()
+            .flatten()
+            .all(|o| o.is_finite() && !(underflows && *o == 0.0))
+        {
+            return Ok(());
+        }
+        let mut vals = Vec::with_capacity(args.len());
+        for a in args {
+            match floats(a)? {
+                Some(v) => vals.push(v),
+                None => return Ok(()),
+            }
+        }
+        for (i, o) in out.iter().enumerate() {
+            let Some(o) = *o else { continue };
+            let row: Option<Vec<f64>> = vals.iter().map(|v| v[i]).collect();
+            let Some(row) = row else { continue };
+            if row.iter().any(|a| !a.is_finite()) {
+                continue; // NaN and infinities pass through
+            }
+            if let Some(e) = math_error(name, &row, o) {
+                return Err(DataFusionError::External(Box::new(e)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The error PostgreSQL raises for `name(args) = out`, all arguments finite.
+fn math_error(name: &str, args: &[f64], out: f64) -> Option<crate::Error> {
+    use crate::Error;
+    let log_of = |x: f64| {
+        (x <= 0.0).then(|| {
+            Error::new(
+                sqlstate::INVALID_ARGUMENT_FOR_LOG,
+                if x == 0.0 {
+                    "cannot take logarithm of zero"
+                } else {
+                    "cannot take logarithm of a negative number"
+                },
+            )
+        })
+    };
+    let out_of_domain = || {
+        Error::new(
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+            "input is out of range",
+        )
+    };
+    match (name, args) {
+        ("ln" | "log10" | "log2" | "log", [x]) => return log_of(*x),
+        ("log", [base, x]) => {
+            if let Some(e) = log_of(*base).or_else(|| log_of(*x)) {
+                return Some(e);
+            }
+            if *base == 1.0 {
+                return Some(Error::new(sqlstate::DIVISION_BY_ZERO, "division by zero"));
+            }
+        }
+        ("sqrt", [x]) if *x < 0.0 => {
+            return Some(Error::new(
+                sqlstate::INVALID_ARGUMENT_FOR_POWER,
+                "cannot take square root of a negative number",
+            ))
+        }
+        ("power" | "pow", [base, exp]) if *base < 0.0 && exp.fract() != 0.0 => {
+            return Some(Error::new(
+                sqlstate::INVALID_ARGUMENT_FOR_POWER,
+                "a negative number raised to a non-integer power yields a complex result",
+            ))
+        }
+        ("asin" | "acos", [x]) if x.abs() > 1.0 => return Some(out_of_domain()),
+        ("acosh", [x]) if *x < 1.0 => return Some(out_of_domain()),
+        ("atanh", [x]) if x.abs() > 1.0 => return Some(out_of_domain()),
+        ("atanh", _) => return None, // atanh(±1) is ±Infinity in PostgreSQL too
+        _ => {}
+    }
+    if out.is_infinite() {
+        return Some(Error::new(
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+            "value out of range: overflow",
+        ));
+    }
+    let nonzero = args.first().is_some_and(|b| *b != 0.0);
+    if out == 0.0 && nonzero && matches!(name, "power" | "pow" | "exp") {
+        return Some(Error::new(
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+            "value out of range: underflow",
+        ));
+    }
+    None
 }
 
 /// `sum` whose `bigint` total is checked (see the module doc); every other input type is
@@ -421,6 +587,48 @@ mod tests {
         assert_eq!(
             run("SELECT CAST(1.0 AS DOUBLE) / 4").await.unwrap(),
             "Float64:0.25"
+        );
+    }
+
+    #[tokio::test]
+    async fn math_functions_raise_what_postgres_raises() {
+        for (sql, expected) in [
+            (
+                "SELECT power(CAST(10 AS DOUBLE), CAST(1000 AS DOUBLE))",
+                "overflow",
+            ),
+            (
+                "SELECT pow(v, 1000) FROM (VALUES (CAST(10 AS DOUBLE))) AS t(v)",
+                "overflow",
+            ),
+            ("SELECT exp(CAST(-1000 AS DOUBLE))", "underflow"),
+            ("SELECT ln(CAST(0 AS DOUBLE))", "logarithm of zero"),
+            (
+                "SELECT log(v) FROM (VALUES (CAST(-2 AS DOUBLE))) AS t(v)",
+                "negative number",
+            ),
+            ("SELECT power(CAST(-8 AS DOUBLE), 0.5)", "complex result"),
+            ("SELECT acos(CAST(2 AS DOUBLE))", "input is out of range"),
+            (
+                "SELECT CAST(5.5 AS DOUBLE) % CAST(0 AS DOUBLE)",
+                "division by zero",
+            ),
+        ] {
+            let err = run(sql).await.unwrap_err();
+            assert!(err.contains(expected), "{sql}: {err}");
+        }
+        assert_eq!(
+            run("SELECT power(CAST(2 AS DOUBLE), 10)").await.unwrap(),
+            "Float64:1024.0"
+        );
+        // infinite arguments pass through, as in PostgreSQL
+        assert_eq!(
+            run("SELECT exp(CAST('Infinity' AS DOUBLE))").await.unwrap(),
+            "Float64:inf"
+        );
+        assert_eq!(
+            run("SELECT CAST(7.5 AS DOUBLE) % 2").await.unwrap(),
+            "Float64:1.5"
         );
     }
 

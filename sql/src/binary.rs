@@ -21,6 +21,13 @@ fn bad_binary(ty: &str) -> Error {
     )
 }
 
+fn out_of_range(ty: &str) -> Error {
+    Error::new(
+        sqlstate::DATETIME_FIELD_OVERFLOW,
+        format!("{ty} out of range"),
+    )
+}
+
 /// Decode one value of `ty` from its binary form.
 pub fn decode(ty: ColumnType, b: &[u8]) -> Result<ScalarValue> {
     let fixed = |n: usize| -> Result<&[u8]> {
@@ -76,18 +83,25 @@ pub fn decode(ty: ColumnType, b: &[u8]) -> Result<ScalarValue> {
         ColumnType::Timestamptz => {
             let v = fixed(8)?;
             let m = i64::from_be_bytes(v.try_into().map_err(|_| bad_binary("timestamptz"))?);
-            ScalarValue::TimestampMicrosecond(Some(m + PG_EPOCH_MICROS), Some("UTC".into()))
+            let m = m
+                .checked_add(PG_EPOCH_MICROS)
+                .ok_or_else(|| out_of_range("timestamptz"))?;
+            ScalarValue::TimestampMicrosecond(Some(m), Some("UTC".into()))
         }
         ColumnType::Timestamp => {
             let v = fixed(8)?;
             let m = i64::from_be_bytes(v.try_into().map_err(|_| bad_binary("timestamp"))?);
-            ScalarValue::TimestampMicrosecond(Some(m + PG_EPOCH_MICROS), None)
+            let m = m
+                .checked_add(PG_EPOCH_MICROS)
+                .ok_or_else(|| out_of_range("timestamp"))?;
+            ScalarValue::TimestampMicrosecond(Some(m), None)
         }
         ColumnType::Date => {
             let v = fixed(4)?;
-            ScalarValue::Date32(Some(
-                i32::from_be_bytes([v[0], v[1], v[2], v[3]]) + PG_EPOCH_DAYS,
-            ))
+            let days = i32::from_be_bytes([v[0], v[1], v[2], v[3]])
+                .checked_add(PG_EPOCH_DAYS)
+                .ok_or_else(|| out_of_range("date"))?;
+            ScalarValue::Date32(Some(days))
         }
     })
 }
@@ -97,7 +111,7 @@ pub fn decode_numeric(b: &[u8]) -> Option<String> {
     if b.len() < 8 {
         return None;
     }
-    let n = i16::from_be_bytes([b[0], b[1]]) as usize;
+    let n = usize::try_from(i16::from_be_bytes([b[0], b[1]])).ok()?;
     let weight = i16::from_be_bytes([b[2], b[3]]) as i32;
     let sign = u16::from_be_bytes([b[4], b[5]]);
     let dscale = u16::from_be_bytes([b[6], b[7]]) as usize;
@@ -208,6 +222,21 @@ pub fn copy_rows(data: &[u8]) -> Result<Vec<Vec<Option<&[u8]>>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Reported by a client test: these overflowed (a panic in debug builds, a wrapped value
+    /// in release) instead of being refused.
+    #[test]
+    fn extreme_binary_values_are_refused_not_overflowed() {
+        for (ty, bytes) in [
+            (ColumnType::Timestamptz, i64::MAX.to_be_bytes().to_vec()),
+            (ColumnType::Timestamp, i64::MAX.to_be_bytes().to_vec()),
+            (ColumnType::Date, i32::MAX.to_be_bytes().to_vec()),
+        ] {
+            let err = decode(ty, &bytes).unwrap_err();
+            assert_eq!(err.code, sqlstate::DATETIME_FIELD_OVERFLOW, "{ty:?}");
+        }
+        assert_eq!(decode_numeric(&[0xff; 8]), None);
+    }
 
     #[test]
     fn decodes_binary_values() {

@@ -42,14 +42,22 @@ pub struct Limits {
     pub max_statement_bytes: usize,
     /// Largest COPY FROM payload committed as one command.
     pub max_copy_bytes: usize,
+    /// Memory a running statement may reserve (see [`crate::memory`]); a session may
+    /// lower it for itself (`SET max_statement_memory`).
+    pub max_statement_memory: usize,
+    /// Spill space of all running statements together, in `<data dir>/spill`.
+    pub max_spill_bytes: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
+        let memory = crate::memory::default_statement_memory();
         Limits {
             max_row_bytes: 1 << 20,
             max_statement_bytes: 64 << 20,
             max_copy_bytes: 256 << 20,
+            max_statement_memory: memory,
+            max_spill_bytes: 2 * memory as u64,
         }
     }
 }
@@ -99,6 +107,8 @@ pub struct Engine {
     pub(crate) query_runtime: Option<tokio::runtime::Handle>,
     /// Started with `--peers`: a Raft listener exists, so members can be added.
     clustered: bool,
+    /// Where statements spill what does not fit in their memory (see [`crate::memory`]).
+    spill: Arc<datafusion::execution::disk_manager::DiskManager>,
 }
 
 /// How long `ALTER CLUSTER ADD NODE` waits for the new node to catch up and become a voter.
@@ -118,6 +128,7 @@ impl Engine {
             config.segment_bytes,
         )?;
         let tables = db.table_store();
+        let spill = crate::memory::spill_manager(&config.data_dir, config.limits.max_spill_bytes)?;
         let node_id = config.node.id;
         let clustered = !config.node.peers.is_empty();
         start_write_back(Arc::downgrade(&catalog));
@@ -137,6 +148,7 @@ impl Engine {
             retry_lane: tokio::sync::Mutex::new(()),
             query_runtime: config.query_runtime,
             clustered,
+            spill,
         }))
     }
 
@@ -362,18 +374,30 @@ impl Engine {
 
     /// A DataFusion context whose default schema shows the live catalog,
     /// with `pg_catalog` and `information_schema` for the session `vars`.
+    /// A session's DataFusion context; its plans reserve memory from `memory` and spill
+    /// to the engine's spill space.
     pub fn new_context(
         self: &Arc<Self>,
         vars: crate::system::SharedVars,
         txn: Arc<TxnTables>,
-    ) -> SessionContext {
+        memory: Arc<crate::memory::StatementMemory>,
+    ) -> Result<SessionContext> {
         let config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG_NAME, SCHEMA_NAME)
             .with_create_default_catalog_and_schema(false)
             .with_information_schema(false)
             .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
             .set_bool("datafusion.execution.parquet.pushdown_filters", false);
-        let ctx = SessionContext::new_with_config(config);
+        let mut runtime =
+            datafusion::execution::runtime_env::RuntimeEnvBuilder::new().with_memory_pool(memory);
+        runtime.disk_manager = Some(self.spill.clone());
+        let state = datafusion::execution::session_state::SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime.build_arc()?)
+            .with_default_features()
+            .with_physical_optimizer_rule(Arc::new(crate::interrupt::YieldPoints))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
         let catalog = MemoryCatalogProvider::new();
         let schema: Arc<dyn SchemaProvider> = Arc::new(LiveSchema {
             engine: Arc::downgrade(self),
@@ -383,7 +407,7 @@ impl Engine {
         let _ = catalog.register_schema(SCHEMA_NAME, schema);
         ctx.register_catalog(CATALOG_NAME, Arc::new(catalog));
         self.system.install(&ctx, self, vars);
-        ctx
+        Ok(ctx)
     }
 }
 

@@ -51,6 +51,10 @@ pub mod sqlstate {
     pub const IO_ERROR: &str = "58030";
     pub const INTERNAL_ERROR: &str = "XX000";
     pub const INSUFFICIENT_RESOURCES: &str = "53000";
+    pub const DISK_FULL: &str = "53100";
+    pub const OUT_OF_MEMORY: &str = "53200";
+    pub const INVALID_ARGUMENT_FOR_LOG: &str = "2201E";
+    pub const INVALID_ARGUMENT_FOR_POWER: &str = "2201F";
     pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
     pub const UNDEFINED_PARAMETER: &str = "42704";
     pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
@@ -156,7 +160,9 @@ impl From<datafusion::error::DataFusionError> for Error {
         match e {
             D::SQL(err, _) => Error::syntax(err.to_string()),
             D::Context(_, inner) => Error::from(*inner),
-            D::Shared(inner) => classify_message(&inner.to_string()),
+            D::Shared(inner) => {
+                ours(&inner).unwrap_or_else(|| classify_message(&inner.to_string()))
+            }
             D::External(inner) => match inner.downcast::<Error>() {
                 Ok(ours) => *ours,
                 Err(other) => classify_message(&other.to_string()),
@@ -166,9 +172,33 @@ impl From<datafusion::error::DataFusionError> for Error {
             D::Plan(msg) => classify_message(&msg),
             D::SchemaError(inner, _) => classify_message(&inner.to_string()),
             D::Execution(msg) => classify_message(&msg),
-            D::ResourcesExhausted(msg) => Error::new(sqlstate::INSUFFICIENT_RESOURCES, msg),
+            D::ResourcesExhausted(msg) => resources_exhausted(&msg),
             other => classify_message(&other.to_string()),
         }
+    }
+}
+
+/// Our own error inside a DataFusion error shared between partitions (or given context).
+fn ours(e: &datafusion::error::DataFusionError) -> Option<Error> {
+    use datafusion::error::DataFusionError as D;
+    match e {
+        D::External(inner) => inner.downcast_ref::<Error>().cloned(),
+        D::Shared(inner) => ours(inner),
+        D::Context(_, inner) => ours(inner),
+        D::ResourcesExhausted(msg) => Some(resources_exhausted(msg)),
+        _ => None,
+    }
+}
+
+/// A memory pool's refusal (`53200`, see `crate::memory`) or the spill space's (`53100`).
+fn resources_exhausted(msg: &str) -> Error {
+    let msg = msg.trim_start_matches("Resources exhausted: ");
+    if msg.starts_with(crate::memory::OUT_OF_MEMORY) {
+        Error::new(sqlstate::OUT_OF_MEMORY, msg)
+    } else if msg.contains("disk space") {
+        Error::new(sqlstate::DISK_FULL, msg)
+    } else {
+        Error::new(sqlstate::OUT_OF_MEMORY, format!("out of memory: {msg}"))
     }
 }
 
@@ -176,6 +206,17 @@ impl From<datafusion::error::DataFusionError> for Error {
 /// PostgreSQL user would get for the same mistake.
 fn classify_message(msg: &str) -> Error {
     let lower = msg.to_ascii_lowercase();
+    if let Some(at) = lower.find("resources exhausted: ") {
+        return resources_exhausted(&msg[at..]);
+    }
+    for pg in [
+        "zero raised to a negative power is undefined",
+        "cannot take square root of a negative number",
+    ] {
+        if lower.contains(pg) {
+            return Error::new(sqlstate::INVALID_ARGUMENT_FOR_POWER, pg);
+        }
+    }
     let code = if lower.contains("table '") && lower.contains("not found")
         || lower.contains("table not found")
     {

@@ -7,7 +7,10 @@
 //! state machine ([`apply`]) applies committed commands to the [`catalog`]
 //! and storage. Mutable tables and transactions over them live in
 //! [`table`]. [`session`] is one client's view; [`engine`] is what all
-//! sessions share. It knows nothing of the Postgres wire protocol.
+//! sessions share. What bounds a running statement — cancel and
+//! `statement_timeout` ([`interrupt`]), its memory ([`memory`]), the size of
+//! one value ([`value_size`]) — is checked here too. It knows nothing of the
+//! Postgres wire protocol.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
@@ -15,6 +18,7 @@ pub mod apply;
 pub mod arithmetic;
 pub mod binary;
 pub mod catalog;
+pub mod checked_fn;
 pub mod command;
 pub mod complexity;
 pub mod copy;
@@ -22,6 +26,8 @@ pub mod engine;
 pub mod error;
 pub mod executor;
 pub mod insert;
+pub mod interrupt;
+pub mod memory;
 pub mod notify;
 pub mod provider;
 pub mod session;
@@ -30,6 +36,7 @@ pub mod system;
 pub mod table;
 pub mod tail;
 pub mod types;
+pub mod value_size;
 
 pub use engine::{Engine, EngineConfig, Limits};
 pub use error::{Error, Result};

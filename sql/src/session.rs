@@ -8,6 +8,13 @@
 //! COMMIT/ROLLBACK fails with 25P02, as in PostgreSQL. DDL runs at once even
 //! inside a block (see docs/architecture.md). Reads are snapshots taken when
 //! the statement is planned.
+//!
+//! Every statement runs under an [`Interrupt`] (cancel, `statement_timeout`)
+//! until it proposes a write, and its rows stream under the same one; its
+//! plans reserve memory from the session's [`StatementMemory`]. A read-only
+//! transaction (`BEGIN READ ONLY`, `SET TRANSACTION READ ONLY`, or any
+//! transaction while `default_transaction_read_only` is on) refuses every
+//! write with 25006.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -30,6 +37,8 @@ use crate::copy;
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
 use crate::insert;
+use crate::interrupt::Interrupt;
+use crate::memory::StatementMemory;
 use crate::notify::{self, Notification};
 use crate::provider::{with_system_columns, InsertCollector};
 use crate::statement::{self, sqlparser, CopyFormat, Parsed};
@@ -49,7 +58,7 @@ use cursor::{no_cursor, CursorEntry};
 use functions::{pg_notify_udf, session_udfs, NotifyState};
 use naming::{pg_column_names, with_unique_names};
 use settings::default_settings;
-pub use settings::{canonical_setting, validate_setting};
+pub use settings::{canonical_setting, normalize_setting, validate_setting};
 
 /// What a statement produced, for the wire layer to send.
 pub enum Output {
@@ -122,8 +131,12 @@ struct Block {
     ops: Vec<Op>,
     bytes: usize,
     savepoints: Vec<SavepointMark>,
-    /// `BEGIN READ ONLY`: writes fail with 25006.
+    /// `BEGIN READ ONLY` (or `default_transaction_read_only` at BEGIN, or
+    /// `SET TRANSACTION READ ONLY`): writes fail with 25006.
     read_only: bool,
+    /// A statement other than transaction control or a setting ran in the
+    /// block: it can no longer become read-write.
+    used: bool,
 }
 
 /// How much of the block (writes, pending notifications) a savepoint keeps.
@@ -179,17 +192,24 @@ pub struct Session {
     _cancel_tx: watch::Sender<u64>,
     /// The transaction's view of tables (snapshot, own writes, reads).
     tables: Arc<TxnTables>,
+    /// The memory pool of this session's plans (see [`crate::memory`]).
+    memory: Arc<StatementMemory>,
+    /// Set once the running statement has proposed a write that may commit:
+    /// from then on it is not interrupted (see [`crate::interrupt`]).
+    committing: Arc<AtomicBool>,
 }
 
 impl Session {
-    pub fn new(engine: Arc<Engine>) -> Session {
+    pub fn new(engine: Arc<Engine>) -> Result<Session> {
         let vars = Arc::new(parking_lot::RwLock::new(crate::system::SessionVars {
             user: "sluice".into(),
             database: "sluice".into(),
-            settings: default_settings(),
+            settings: default_settings(&engine.limits),
         }));
         let tables = Arc::new(TxnTables::default());
-        let ctx = engine.new_context(vars.clone(), tables.clone());
+        let memory = StatementMemory::new(engine.limits.max_statement_memory);
+        let ctx = engine.new_context(vars.clone(), tables.clone(), memory.clone())?;
+        crate::value_size::install(&ctx, memory.clone());
         let notify = Arc::new(NotifyState {
             hub: engine.hub.clone(),
             catalog: engine.catalog.clone(),
@@ -203,7 +223,7 @@ impl Session {
         }
         let (notify_tx, notify_rx) = mpsc::channel(notify::QUEUE_CAPACITY);
         let (cancel_tx, cancel) = watch::channel(0);
-        Session {
+        Ok(Session {
             id: engine.next_session_id(),
             engine,
             ctx,
@@ -220,7 +240,9 @@ impl Session {
             cancel,
             _cancel_tx: cancel_tx,
             tables,
-        }
+            memory,
+            committing: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     /// The backend pid clients see in notifications from this session.
@@ -290,14 +312,17 @@ impl Session {
         }
     }
 
-    /// A setting from the startup packet: also what RESET returns to.
-    pub fn set_setting(&mut self, name: &str, value: &str) {
-        self.startup_settings
-            .insert(canonical_setting(name), value.to_string());
-        self.vars
-            .write()
-            .settings
-            .insert(name.to_lowercase(), value.to_string());
+    /// A setting from the startup packet: also what RESET returns to. An
+    /// error if the setting cannot take the value (the connection is refused).
+    pub fn set_setting(&mut self, name: &str, value: &str) -> Result<()> {
+        let name = canonical_setting(name);
+        let value = normalize_setting(&name, value)?;
+        if name == crate::memory::SETTING {
+            self.check_memory_setting(&value)?;
+        }
+        self.startup_settings.insert(name.clone(), value.clone());
+        self.vars.write().settings.insert(name, value);
+        Ok(())
     }
 
     /// The user and database named at startup (`current_user`,
@@ -308,18 +333,23 @@ impl Session {
         vars.database = database.to_string();
     }
 
-    /// Run every statement of a simple-protocol query, stopping at the
-    /// first error (whose result is the last element).
-    pub async fn simple_query(&mut self, sql: &str) -> Vec<Result<Output>> {
-        if sql.len() > self.engine.limits.max_statement_bytes {
-            return vec![Err(self.fail_block(statement_too_long(
-                sql.len(),
-                self.engine.limits.max_statement_bytes,
-            )))];
+    /// The statements of a simple-protocol query, for [`Session::execute`]
+    /// one at a time (a statement's rows stream before the next one runs).
+    pub fn parse_query(&mut self, sql: &str) -> Result<Vec<Parsed>> {
+        let max = self.engine.limits.max_statement_bytes;
+        if sql.len() > max {
+            return Err(self.fail_block(statement_too_long(sql.len(), max)));
         }
-        let parsed = match statement::parse(sql) {
+        statement::parse(sql).map_err(|e| self.fail_block(e))
+    }
+
+    /// Run every statement of a simple-protocol query, stopping at the
+    /// first error (whose result is the last element). The rows of each are
+    /// left unread: the wire layer streams statement by statement instead.
+    pub async fn simple_query(&mut self, sql: &str) -> Vec<Result<Output>> {
+        let parsed = match self.parse_query(sql) {
             Ok(p) => p,
-            Err(e) => return vec![Err(self.fail_block(e))],
+            Err(e) => return vec![Err(e)],
         };
         let mut out = Vec::with_capacity(parsed.len());
         for p in &parsed {
@@ -350,41 +380,118 @@ impl Session {
             // outside a block every statement reads a fresh snapshot
             self.tables.reset();
         }
-        let r = self.execute_inner(p, params).await;
-        r.map_err(|e| self.fail_block(e))
+        self.sync_settings();
+        let interrupt = self.interrupt();
+        self.committing.store(false, Ordering::Release);
+        let committing = self.committing.clone();
+        let mut watch = interrupt.clone();
+        let r = tokio::select! {
+            biased;
+            r = self.execute_inner(p, params) => r,
+            e = stop_unless_committing(&mut watch, &committing) => Err(e),
+        };
+        match r {
+            Ok(out) => Ok(guard_output(out, interrupt)),
+            Err(e) => Err(self.fail_block(e)),
+        }
+    }
+
+    /// The stop conditions of a statement starting now.
+    fn interrupt(&self) -> Interrupt {
+        let timeout = self
+            .setting(crate::interrupt::STATEMENT_TIMEOUT)
+            .and_then(|v| crate::interrupt::parse_timeout(&v).ok().flatten());
+        Interrupt::new(self.cancel_watch(), timeout)
+    }
+
+    /// Brings what settings control up to date before a statement: the
+    /// memory limit of its plans, and `transaction_read_only` (what SHOW
+    /// and `current_setting` report).
+    fn sync_settings(&mut self) {
+        let memory = self
+            .setting(crate::memory::SETTING)
+            .and_then(|v| statement::parse_bytes(&v).ok())
+            .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX))
+            .min(self.engine.limits.max_statement_memory);
+        if memory != self.memory.limit() {
+            self.memory.set_limit(memory);
+        }
+        let read_only = if self.read_only() { "on" } else { "off" };
+        if self.setting("transaction_read_only").as_deref() != Some(read_only) {
+            self.vars
+                .write()
+                .settings
+                .insert("transaction_read_only".into(), read_only.into());
+        }
+    }
+
+    /// Whether the current transaction refuses writes: the block's mode, or
+    /// outside a block `default_transaction_read_only`.
+    fn read_only(&self) -> bool {
+        match &self.txn {
+            Txn::Block(b) | Txn::Failed(b) => b.read_only,
+            Txn::Idle => self.default_read_only(),
+        }
+    }
+
+    fn default_read_only(&self) -> bool {
+        self.setting("default_transaction_read_only")
+            .is_some_and(|v| settings::parse_bool(&v) == Some(true))
+    }
+
+    /// Propose `ops` (with a transaction's snapshot and reads) and wait for
+    /// the outcome; from here on the statement is not interrupted, unless the
+    /// write certainly did not commit (40001).
+    async fn propose(
+        &self,
+        ops: Vec<Op>,
+        snapshot: u64,
+        reads: Vec<crate::command::TableRead>,
+    ) -> Result<Vec<OpOutcome>> {
+        self.committing.store(true, Ordering::Release);
+        let r = self.engine.propose_txn(ops, snapshot, reads).await;
+        if matches!(&r, Err(e) if e.code == sqlstate::SERIALIZATION_FAILURE) {
+            self.committing.store(false, Ordering::Release);
+        }
+        r
     }
 
     /// Record a failure (in `execute`, or outside it such as at Parse):
     /// inside a block the block is now aborted.
     pub fn fail_block(&mut self, e: Error) -> Error {
+        self.abort_block();
+        e
+    }
+
+    /// A statement failed after `execute` returned (while its rows were
+    /// sent: a cancel, a timeout, an error in the plan): inside a block the
+    /// block is now aborted, as in PostgreSQL.
+    pub fn abort_block(&mut self) {
         self.txn = match std::mem::replace(&mut self.txn, Txn::Idle) {
             Txn::Block(b) => Txn::Failed(b),
             other => other,
         };
-        e
     }
 
     async fn execute_inner(&mut self, p: &Parsed, params: &[ScalarValue]) -> Result<Output> {
-        if let Txn::Block(Block {
-            read_only: true, ..
-        }) = &self.txn
-        {
-            let verb = match p {
-                Parsed::Insert(_) => Some("INSERT"),
-                Parsed::Update(_) => Some("UPDATE"),
-                Parsed::Delete(_) => Some("DELETE"),
-                Parsed::CopyFrom(_) => Some("COPY FROM"),
-                Parsed::CreateStream { .. } => Some("CREATE STREAM"),
-                Parsed::CreateTable { .. } => Some("CREATE TABLE"),
-                Parsed::DropStream { .. } => Some("DROP"),
-                _ => None,
-            };
-            if let Some(verb) = verb {
+        if let Some(verb) = write_verb(p) {
+            if self.read_only() {
                 return Err(Error::new(
                     sqlstate::READ_ONLY_SQL_TRANSACTION,
                     format!("cannot execute {verb} in a read-only transaction"),
                 ));
             }
+        }
+        if let Txn::Block(b) = &mut self.txn {
+            b.used |= !matches!(
+                p,
+                Parsed::Begin { .. }
+                    | Parsed::Set { .. }
+                    | Parsed::Show(_)
+                    | Parsed::Reset(_)
+                    | Parsed::NoOp(_)
+                    | Parsed::Savepoint(_)
+            );
         }
         if matches!(
             p,
@@ -408,6 +515,7 @@ impl Session {
                         "ALTER CLUSTER cannot run inside a transaction block",
                     ));
                 }
+                self.committing.store(true, Ordering::Release);
                 Box::pin(self.engine.change_membership(change.clone())).await?;
                 Ok(Output::Tag("ALTER CLUSTER".into()))
             }
@@ -438,7 +546,7 @@ impl Session {
                         if_not_exists: *if_not_exists,
                     })),
                 };
-                self.engine.propose(vec![op]).await?;
+                self.propose(vec![op], 0, vec![]).await?;
                 Ok(Output::Tag("CREATE TABLE".into()))
             }
             Parsed::CreateStream { def, if_not_exists } => {
@@ -451,7 +559,7 @@ impl Session {
                         if_not_exists: *if_not_exists,
                     })),
                 };
-                self.engine.propose(vec![op]).await?;
+                self.propose(vec![op], 0, vec![]).await?;
                 Ok(Output::Tag("CREATE STREAM".into()))
             }
             Parsed::DropStream {
@@ -468,7 +576,7 @@ impl Session {
                         })),
                     })
                     .collect();
-                self.engine.propose(ops).await?;
+                self.propose(ops, 0, vec![]).await?;
                 Ok(Output::Tag(
                     if *stream { "DROP STREAM" } else { "DROP TABLE" }.into(),
                 ))
@@ -482,7 +590,7 @@ impl Session {
                     Txn::Idle => {
                         self.tables.reset();
                         self.txn = Txn::Block(Block {
-                            read_only: *read_only,
+                            read_only: read_only.unwrap_or_else(|| self.default_read_only()),
                             ..Block::default()
                         });
                         self.notify.in_block.store(true, Ordering::Release);
@@ -500,7 +608,7 @@ impl Session {
                     } else {
                         let snapshot = self.tables.snapshot_index();
                         let reads = self.tables.reads();
-                        self.engine.propose_txn(ops, snapshot, reads).await
+                        self.propose(ops, snapshot, reads).await
                     };
                     self.tables.reset();
                     self.end_block(result.is_ok());
@@ -683,7 +791,7 @@ impl Session {
             Parsed::Reset(name) => {
                 // back to the value the session started with (startup
                 // parameters), else the default
-                let mut reset = default_settings();
+                let mut reset = default_settings(&self.engine.limits);
                 reset.extend(self.startup_settings.clone());
                 let mut vars = self.vars.write();
                 match name {
@@ -1052,7 +1160,7 @@ impl Session {
                 Ok(None)
             }
             _ => {
-                let outcomes = self.engine.propose(vec![op]).await?;
+                let outcomes = self.propose(vec![op], 0, vec![]).await?;
                 match outcomes.into_iter().next() {
                     Some(OpOutcome::Appended {
                         base_offset,
@@ -1139,7 +1247,7 @@ impl Session {
                 before,
             })),
         };
-        let outcomes = self.engine.propose(vec![op]).await?;
+        let outcomes = self.propose(vec![op], 0, vec![]).await?;
         let removed = match outcomes.first() {
             Some(OpOutcome::Truncated { first_offset }) => {
                 first_offset.saturating_sub(first_before)
@@ -1262,6 +1370,60 @@ fn with_row_offsets(
     let mut cols = vec![offsets, tss];
     cols.extend(user.columns().iter().cloned());
     Ok(RecordBatch::try_new(stream.full_schema.clone(), cols)?)
+}
+
+/// What a read-only transaction refuses, by the name its error gives.
+fn write_verb(p: &Parsed) -> Option<&'static str> {
+    Some(match p {
+        Parsed::Insert(_) => "INSERT",
+        Parsed::Update(_) => "UPDATE",
+        Parsed::Delete(_) => "DELETE",
+        Parsed::CopyFrom(_) => "COPY FROM",
+        Parsed::CreateStream { .. } => "CREATE STREAM",
+        Parsed::CreateTable { .. } => "CREATE TABLE",
+        Parsed::DropStream { stream: true, .. } => "DROP STREAM",
+        Parsed::DropStream { .. } => "DROP TABLE",
+        Parsed::AlterCluster(_) => "ALTER CLUSTER",
+        _ => return None,
+    })
+}
+
+/// Resolves when `interrupt` fires, unless the statement has proposed a
+/// write by then: its outcome is what the client hears (Raft's own waits
+/// bound it).
+async fn stop_unless_committing(interrupt: &mut Interrupt, committing: &AtomicBool) -> Error {
+    let e = interrupt.fired().await;
+    if !committing.load(Ordering::Acquire) {
+        return e;
+    }
+    std::future::pending().await
+}
+
+/// The output with its rows streaming under `interrupt`.
+fn guard_output(out: Output, interrupt: Interrupt) -> Output {
+    match out {
+        Output::Rows {
+            schema,
+            stream,
+            tag,
+        } => Output::Rows {
+            schema,
+            stream: interrupt.guard(stream),
+            tag,
+        },
+        Output::CopyOut {
+            schema,
+            format,
+            stream,
+            live,
+        } => Output::CopyOut {
+            schema,
+            format,
+            stream: interrupt.guard(stream),
+            live,
+        },
+        other => other,
+    }
 }
 
 fn statement_too_long(len: usize, max: usize) -> Error {

@@ -49,9 +49,10 @@ pub enum Parsed {
     Delete(Box<sqlparser::ast::Delete>),
     Update(Box<sqlparser::ast::Update>),
     /// `BEGIN` / `START TRANSACTION` (every transaction is serializable;
-    /// `READ ONLY` refuses writes).
+    /// `READ ONLY` refuses writes). `read_only` is `None` when the statement
+    /// names no access mode: `default_transaction_read_only` decides.
     Begin {
-        read_only: bool,
+        read_only: Option<bool>,
     },
     Commit,
     Rollback,
@@ -455,14 +456,7 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         Statement::Delete(d) => Parsed::Delete(Box::new(d)),
         Statement::Update(u) => Parsed::Update(Box::new(u)),
         Statement::StartTransaction { modes, .. } => Parsed::Begin {
-            read_only: modes.iter().any(|m| {
-                matches!(
-                    m,
-                    sqlparser::ast::TransactionMode::AccessMode(
-                        sqlparser::ast::TransactionAccessMode::ReadOnly
-                    )
-                )
-            }),
+            read_only: access_mode(&modes),
         },
         Statement::Commit { .. } => Parsed::Commit,
         Statement::Rollback {
@@ -752,8 +746,34 @@ fn classify_set(set: sqlparser::ast::Set) -> Parsed {
             name: "client_encoding".into(),
             value: charset_name.to_string(),
         },
+        // `SET TRANSACTION READ ONLY` is `SET transaction_read_only`, and
+        // `SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY` is
+        // `SET default_transaction_read_only`, as in PostgreSQL; isolation
+        // levels are accepted and ignored (every transaction is serializable)
+        S::SetTransaction { modes, session, .. } => match access_mode(&modes) {
+            Some(read_only) => Parsed::Set {
+                name: if session {
+                    "default_transaction_read_only"
+                } else {
+                    "transaction_read_only"
+                }
+                .into(),
+                value: if read_only { "on" } else { "off" }.into(),
+            },
+            None => Parsed::NoOp("SET"),
+        },
         _ => Parsed::NoOp("SET"),
     }
+}
+
+/// The access mode a list of transaction modes names, if any (the last wins).
+fn access_mode(modes: &[sqlparser::ast::TransactionMode]) -> Option<bool> {
+    use sqlparser::ast::{TransactionAccessMode as A, TransactionMode as M};
+    modes.iter().rev().find_map(|m| match m {
+        M::AccessMode(A::ReadOnly) => Some(true),
+        M::AccessMode(A::ReadWrite) => Some(false),
+        _ => None,
+    })
 }
 
 fn expr_setting_value(e: &Expr) -> String {

@@ -15,6 +15,13 @@
 //! checkpoint no longer needs it (its base is below the last checkpoint's
 //! segment), and after any I/O error the log is poisoned and refuses writes
 //! rather than pretend something is durable.
+//!
+//! Which offsets must exist is recorded too: the checkpoint's `first_offset`,
+//! and — because a prefix truncation deletes files before the next checkpoint
+//! is taken — a `first_offset` file in the stream's directory, made durable
+//! before any segment is deleted. `open` refuses a directory whose first
+//! segment starts after the larger of the two (a deleted or lost segment file
+//! is corruption, never a log that silently starts later).
 
 use std::fmt;
 use std::fs;
@@ -243,12 +250,23 @@ impl StreamLog {
             TornTail::Truncate,
         )?;
         let first_offset = sealed.first().unwrap_or(&active).base();
+        let required = checkpoint.first_offset.max(read_first_offset(dir)?);
+        if first_offset > required {
+            return Err(Error::corrupt(
+                &dir.join(segment::file_name(first_offset)),
+                0,
+                format!(
+                    "the first segment starts at offset {first_offset}, but offsets from \
+                     {required} must exist: a segment file before it is missing"
+                ),
+            ));
+        }
         let log = Self::assemble(
             dir,
             opts,
             sealed,
             active,
-            first_offset.max(checkpoint.first_offset),
+            required,
             checkpoint.segment_base,
             dir_changed,
         );
@@ -506,6 +524,7 @@ impl StreamLog {
             (first_offset, doomed)
         };
         if !doomed.is_empty() {
+            write_first_offset(&self.dir, first_offset).map_err(|e| w.poison(e))?;
             w.sealed_unsynced
                 .retain(|f| doomed.iter().all(|d| d.base() != f.base()));
             w.dir_unsynced = true;
@@ -584,6 +603,37 @@ fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     }
     found.sort_unstable_by_key(|(base, _)| *base);
     Ok(found)
+}
+
+/// The file that records the first offset a prefix truncation kept.
+const FIRST_OFFSET_FILE: &str = "first_offset";
+
+/// The first offset the last prefix truncation kept (0 if none deleted files).
+fn read_first_offset(dir: &Path) -> Result<u64> {
+    let path = dir.join(FIRST_OFFSET_FILE);
+    match fs::read_to_string(&path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(Error::io(&path)(e)),
+        Ok(text) => text
+            .trim_end_matches('\n')
+            .parse()
+            .map_err(|_| Error::corrupt(&path, 0, format!("not an offset: {text:?}"))),
+    }
+}
+
+/// Records `offset` as the stream's first, durably (written aside, synced,
+/// renamed over, directory synced), before segment files are deleted.
+fn write_first_offset(dir: &Path, offset: u64) -> Result<()> {
+    let path = dir.join(FIRST_OFFSET_FILE);
+    let aside = dir.join(format!("{FIRST_OFFSET_FILE}.new"));
+    let write = || -> io::Result<()> {
+        let mut file = fs::File::create(&aside)?;
+        io::Write::write_all(&mut file, format!("{offset}\n").as_bytes())?;
+        file.sync_all()?;
+        fs::rename(&aside, &path)
+    };
+    write().map_err(Error::io(&path))?;
+    sync_dir(dir)
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {

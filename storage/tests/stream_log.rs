@@ -85,6 +85,7 @@ fn segment_files(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
         .expect("read_dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".seg"))
         .collect();
     names.sort();
     names
@@ -369,6 +370,51 @@ fn missing_middle_segment_is_corruption() {
     let err = StreamLog::open(dir.path(), opts(1), &checkpoint).expect_err("gap");
     assert!(
         matches!(&err, Error::Corrupt { path, .. } if *path == segment_path(dir.path(), 2)),
+        "{err}"
+    );
+}
+
+/// Issue 20, case 5: a deleted first segment opened as a log that silently
+/// started at the next segment's base (the old code returned `Ok` here).
+#[test]
+fn missing_first_segment_is_corruption() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = StreamLog::create(dir.path(), opts(1)).expect("create");
+    append_all(&log, &[5; 3]); // segments 0, 5, 10
+    let checkpoint = log.sync().expect("sync");
+    drop(log);
+    fs::remove_file(segment_path(dir.path(), 0)).expect("remove");
+    let err = StreamLog::open(dir.path(), opts(1), &checkpoint).expect_err("missing");
+    assert!(
+        matches!(&err, Error::Corrupt { path, .. } if *path == segment_path(dir.path(), 5)),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("offsets from 0 must exist"),
+        "{err}"
+    );
+}
+
+/// The segments a prefix truncation deletes stay accounted for when the node
+/// stops before its next checkpoint: reopening from the older checkpoint
+/// (whose `first_offset` is still 0) is not mistaken for a missing segment,
+/// while deleting the first segment still kept is.
+#[test]
+fn truncated_prefix_is_remembered_across_a_crash_before_the_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = StreamLog::create(dir.path(), opts(1)).expect("create");
+    append_all(&log, &[5; 4]); // segments 0, 5, 10, 15
+    let checkpoint = log.sync().expect("sync");
+    assert_eq!(checkpoint.first_offset, 0);
+    assert_eq!(log.truncate_prefix(12).expect("truncate"), 12);
+    drop(log); // crash: no checkpoint records 12
+    let log = StreamLog::open(dir.path(), opts(1), &checkpoint).expect("open");
+    assert_eq!((log.first_offset(), log.next_offset()), (12, 20));
+    drop(log);
+    fs::remove_file(segment_path(dir.path(), 10)).expect("remove");
+    let err = StreamLog::open(dir.path(), opts(1), &checkpoint).expect_err("missing");
+    assert!(
+        err.to_string().contains("offsets from 12 must exist"),
         "{err}"
     );
 }

@@ -244,3 +244,70 @@ async fn truncated_and_lying_bind_messages_are_refused() {
     }
     still_serving(&server).await;
 }
+
+/// Before: deleting a stream's first segment file went unnoticed — the server started and the
+/// stream began at the next segment's base offset. Now the start fails and names the file.
+#[tokio::test]
+async fn a_missing_first_segment_stops_the_start_with_the_file_named() {
+    let mut server = Server::start().await;
+    let client = server.client().await;
+    exec(
+        &client,
+        "CREATE STREAM s (payload text) WITH (segment_bytes = '4096')",
+    )
+    .await;
+    for _ in 0..20 {
+        exec(
+            &client,
+            &format!(
+                "INSERT INTO s (payload) VALUES {}",
+                ["(repeat('x', 200))"; 10].join(", ")
+            ),
+        )
+        .await;
+    }
+    drop(client);
+    server.stop().await;
+    let mut segments: Vec<std::path::PathBuf> = walk(server.data_dir())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segments.sort();
+    assert!(
+        segments.len() > 2,
+        "the stream rolled segments: {segments:?}"
+    );
+    std::fs::remove_file(&segments[0]).expect("delete the first segment");
+    let output = tokio::time::timeout(
+        PROMPT,
+        tokio::process::Command::new(sluice_tests::binary_path())
+            .args(["serve", "--data-dir"])
+            .arg(server.data_dir())
+            .args(["--listen", "127.0.0.1:0"])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the server neither started nor stopped")
+    .expect("run sluice");
+    let log = String::from_utf8_lossy(&output.stderr).into_owned()
+        + &String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "the server started: {log}");
+    assert!(
+        log.contains("a segment file before it is missing"),
+        "the refusal does not say what is wrong: {log}"
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}

@@ -108,6 +108,8 @@ struct Waiter<R> {
     deadline: u64,
     /// Times the request went back to parked after a leader certainly lost it.
     resent: u32,
+    /// Times it was forwarded to a leader: a reply counts only if it answers the latest.
+    attempt: u32,
 }
 
 /// Most times a request is sent again after its leader certainly lost it.
@@ -227,6 +229,12 @@ impl<SM: StateMachine> Driver<SM> {
     #[cfg(test)]
     pub(crate) fn status_snapshot(&self) -> NodeStatus {
         self.status.read().clone()
+    }
+
+    /// Starts an election at once, as a leadership transfer does (no pre-vote, no lease).
+    #[cfg(test)]
+    pub(crate) fn force_campaign(&mut self) {
+        self.raw.raft.campaign(raft::CAMPAIGN_TRANSFER);
     }
 
     /// The node loop. Returns after a stop request, or when every handle is gone.
@@ -397,6 +405,7 @@ impl<SM: StateMachine> Driver<SM> {
                 state: State::Parked,
                 deadline: self.ticks + self.config.leader_wait_ticks,
                 resent: 0,
+                attempt: 0,
             },
         );
         self.dispatch(tag);
@@ -453,11 +462,13 @@ impl<SM: StateMachine> Driver<SM> {
         w.state = State::Sent { term };
         w.deadline = self.ticks + self.config.commit_wait_ticks;
         if let Some((command, conf_change)) = forward {
+            w.attempt += 1;
             let fwd = Forward {
                 tag,
                 command,
                 conf_change,
                 term,
+                attempt: w.attempt,
             };
             self.send_envelope(leader, Body::Forward(fwd), false);
         }
@@ -574,19 +585,32 @@ impl<SM: StateMachine> Driver<SM> {
             .max_by_key(|id| prs.get(*id).map_or(0, |p| p.matched))
     }
 
+    /// Records where a request was put in the log. Another request recorded at the same
+    /// index by a leader of an older term was overwritten — the newer leader's log holds
+    /// another entry there, so the older one never committed — and is sent again; one of the
+    /// same or a newer term means the records disagree, and its outcome is unknown.
     fn placed(&mut self, tag: u64, index: u64, term: u64) {
-        if let Some(w) = self.waiters.get_mut(&tag) {
-            w.state = State::Placed { index, term };
-            w.deadline = self.ticks + self.config.commit_wait_ticks;
-            if let Some(old) = self.by_index.insert(index, tag) {
-                if old != tag {
-                    if let Some(w) = self.waiters.remove(&old) {
-                        w.reply.fail(ProposeError::Dropped(
-                            "log index reused by a newer proposal".into(),
-                        ));
-                    }
+        let Some(w) = self.waiters.get_mut(&tag) else {
+            return;
+        };
+        w.state = State::Placed { index, term };
+        w.deadline = self.ticks + self.config.commit_wait_ticks;
+        let Some(old) = self.by_index.insert(index, tag).filter(|old| *old != tag) else {
+            return;
+        };
+        match self.waiters.get(&old).map(|w| w.state) {
+            Some(State::Placed { term: t, .. }) if t < term => self.lost(
+                old,
+                format!("log index {index} was taken by a leader of term {term}"),
+            ),
+            Some(_) => {
+                if let Some(w) = self.waiters.remove(&old) {
+                    w.reply.fail(ProposeError::Unknown(format!(
+                        "log index {index} was reported for two requests"
+                    )));
                 }
             }
+            None => {}
         }
     }
 
@@ -666,6 +690,7 @@ impl<SM: StateMachine> Driver<SM> {
                 Err(e) => {
                     let reply = ForwardReply {
                         tag: f.tag,
+                        attempt: f.attempt,
                         error: format!("undecodable membership change: {e}"),
                         ..Default::default()
                     };
@@ -680,6 +705,7 @@ impl<SM: StateMachine> Driver<SM> {
             // sender concluded (from an applied entry of a newer term) that it never will.
             let reply = ForwardReply {
                 tag: f.tag,
+                attempt: f.attempt,
                 error: format!(
                     "forwarded for term {}, but node {} is in term {}",
                     f.term, self.config.id, self.raw.raft.term
@@ -691,6 +717,7 @@ impl<SM: StateMachine> Driver<SM> {
         let reply = match self.place(from, f.tag, payload) {
             Ok(Some((index, term))) => ForwardReply {
                 tag: f.tag,
+                attempt: f.attempt,
                 error: String::new(),
                 index,
                 term,
@@ -698,6 +725,7 @@ impl<SM: StateMachine> Driver<SM> {
             Ok(None) => return,
             Err((_, why)) => ForwardReply {
                 tag: f.tag,
+                attempt: f.attempt,
                 error: why,
                 ..Default::default()
             },
@@ -706,12 +734,20 @@ impl<SM: StateMachine> Driver<SM> {
     }
 
     /// The follower side: the leader placed our request, or refused it (then it is parked
-    /// again — nothing was placed — and retried on the next tick).
+    /// again — nothing was placed — and retried on the next tick). Only the answer to the
+    /// latest sending counts: one to an earlier sending (to a leader since lost) arrives late
+    /// and says nothing about where the request is now.
     fn forward_answered(&mut self, r: ForwardReply) {
         let Some(w) = self.waiters.get_mut(&r.tag) else {
             return;
         };
-        if !matches!(w.state, State::Sent { .. }) {
+        if !matches!(w.state, State::Sent { .. }) || r.attempt != w.attempt {
+            tracing::debug!(
+                tag = r.tag,
+                attempt = r.attempt,
+                latest = w.attempt,
+                "ignoring an answer to an earlier sending"
+            );
             return;
         }
         if r.error.is_empty() {

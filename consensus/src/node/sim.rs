@@ -15,7 +15,10 @@ use super::tests::Recorder;
 use super::*;
 use crate::transport::{Envelope, Inbound, Transport};
 
-type Wire = Arc<Mutex<VecDeque<(u64, u64, Envelope)>>>;
+type Frame = (u64, u64, Envelope);
+type Wire = Arc<Mutex<VecDeque<Frame>>>;
+/// Picks frames by sender, receiver and content.
+type FrameFilter = Box<dyn Fn(u64, u64, &Envelope) -> bool>;
 
 /// A transport that puts frames on the shared simulated wire.
 struct SimTransport {
@@ -47,11 +50,21 @@ struct Sim {
     cut: HashSet<(u64, u64)>,
     /// Nodes whose Raft messages are dropped (their forwarding replies still go through).
     mute_raft: HashSet<u64>,
+    /// Frames this filter picks are delayed: kept in `held` instead of being delivered.
+    hold: Option<FrameFilter>,
+    held: Vec<Frame>,
+    /// When a frame this filter picks is about to be delivered, the held frames arrive first
+    /// (late, whatever links have been cut since they were sent).
+    release_before: Option<FrameFilter>,
+    /// Nodes whose Raft messages are dropped from the moment the held frames are released.
+    mute_after_release: Option<u64>,
     /// Proposals made so far: (command, reply).
     pending: Vec<(Vec<u8>, Pending)>,
     /// Outcomes heard so far.
     ok: Vec<Vec<u8>>,
     failed: usize,
+    /// Commands answered as certainly not applied (`Dropped` or `Failed`).
+    refused: Vec<Vec<u8>>,
     checkpoint_entries: u64,
 }
 
@@ -73,9 +86,14 @@ impl Sim {
             wire: Wire::default(),
             cut: HashSet::new(),
             mute_raft: HashSet::new(),
+            hold: None,
+            held: Vec::new(),
+            release_before: None,
+            mute_after_release: None,
             pending: Vec::new(),
             ok: Vec::new(),
             failed: 0,
+            refused: Vec::new(),
             checkpoint_entries,
             _root: root,
         };
@@ -168,6 +186,25 @@ impl Sim {
             let Some((from, to, env)) = self.wire.lock().unwrap().pop_front() else {
                 return;
             };
+            if self.hold.as_ref().is_some_and(|f| f(from, to, &env)) {
+                self.held.push((from, to, env));
+                continue;
+            }
+            if !self.held.is_empty()
+                && self
+                    .release_before
+                    .as_ref()
+                    .is_some_and(|f| f(from, to, &env))
+            {
+                self.release_before = None;
+                self.mute_raft.extend(self.mute_after_release.take());
+                for (_, late_to, late) in std::mem::take(&mut self.held) {
+                    if let Some(Some(d)) = self.nodes.get_mut(&late_to).map(|n| n.driver.as_mut()) {
+                        d.receive(Inbound::Envelope(late));
+                        d.step();
+                    }
+                }
+            }
             if self.cut.contains(&(from, to)) {
                 continue;
             }
@@ -211,7 +248,12 @@ impl Sim {
                     assert_eq!(echoed, cmd, "a proposer got another command's response");
                     self.ok.push(cmd);
                 }
-                Ok(Err(_)) => self.failed += 1,
+                Ok(Err(e)) => {
+                    self.failed += 1;
+                    if !matches!(e, ProposeError::Unknown(_)) {
+                        self.refused.push(cmd);
+                    }
+                }
                 Err(oneshot::error::TryRecvError::Empty) => still.push((cmd, rx)),
                 Err(e) => panic!("a reply was dropped unanswered: {e}"),
             }
@@ -294,6 +336,13 @@ impl Sim {
             assert!(
                 set.contains(cmd),
                 "acknowledged {:?} is missing",
+                String::from_utf8_lossy(cmd)
+            );
+        }
+        for cmd in &self.refused {
+            assert!(
+                !set.contains(cmd),
+                "{:?} was answered as certainly not applied, yet it is in the log",
                 String::from_utf8_lossy(cmd)
             );
         }
@@ -723,6 +772,98 @@ fn a_write_forwarded_to_a_dying_leader_is_sent_to_the_next_one() {
     sim.settle();
     let h = sim.check(&[1, 2, 3]);
     for cmd in [b"lost-forward".as_slice(), b"placed-not-replicated"] {
+        assert_eq!(h.iter().filter(|(_, c)| c == cmd).count(), 1);
+    }
+}
+
+fn is_forward(env: &Envelope) -> bool {
+    matches!(env.body, Some(crate::transport::Body::Forward(_)))
+}
+
+fn is_forward_reply(env: &Envelope) -> bool {
+    matches!(env.body, Some(crate::transport::Body::ForwardReply(_)))
+}
+
+/// Round 87 of the seed-7 chaos run: a forward refused by a leader that had just lost
+/// leadership arrived after the write was sent again to the new leader; the stale refusal sent
+/// the write back to parked, the new leader's acceptance was ignored, and the write was
+/// placed a second time.
+#[test]
+fn a_late_refusal_of_an_earlier_sending_does_not_send_a_write_twice() {
+    let mut sim = Sim::new(3, 1000);
+    let old = sim.elect();
+    let f = (1..=3).find(|i| *i != old).unwrap();
+    let o = (1..=3).find(|i| *i != old && *i != f).unwrap();
+    // The forward to the old leader is slow on the wire.
+    sim.hold = Some(Box::new(move |from, to, env| {
+        from == f && to == old && is_forward(env)
+    }));
+    sim.propose(f, "x");
+    sim.deliver();
+    assert_eq!(sim.held.len(), 1);
+    sim.hold = None;
+    // Another node takes over; the slow forward reaches the old leader (which refuses it:
+    // wrong term) just as `f` sends the write again, to the new leader.
+    sim.release_before = Some(Box::new(move |from, to, env| {
+        from == f && to == o && is_forward(env)
+    }));
+    // The new leader's replication is slow from then on: `f` ticks before it applies `x`.
+    sim.mute_after_release = Some(o);
+    sim.driver(o).force_campaign();
+    sim.driver(o).step();
+    sim.deliver();
+    assert!(sim.held.is_empty(), "the write was never sent again");
+    sim.rounds(3);
+    sim.mute_raft.clear();
+    sim.settle();
+    let h = sim.check(&[1, 2, 3]);
+    assert_eq!(h.iter().filter(|(_, c)| c == b"x").count(), 1);
+    assert_eq!(sim.ok, vec![b"x".to_vec()]);
+}
+
+/// The same race with an acceptance: a leader placed a forwarded write, lost leadership before
+/// replicating it, and its acceptance arrived after the write was sent again. The stale
+/// placement made the next write the new leader put at that index look like it overwrote
+/// this one, so the write was answered `Dropped` (40001) while the new leader committed it.
+#[test]
+fn a_late_acceptance_of_an_earlier_sending_never_fails_a_committed_write() {
+    let mut sim = Sim::new(3, 1000);
+    let old = sim.elect();
+    let f = (1..=3).find(|i| *i != old).unwrap();
+    let o = (1..=3).find(|i| *i != old && *i != f).unwrap();
+    // The old leader replicates nothing more: `a` (its own) and then `x` stay in its log only.
+    sim.mute_raft.insert(old);
+    sim.propose(old, "a");
+    // `y`'s forward is lost on the way, `x`'s acceptance is slow.
+    sim.hold = Some(Box::new(move |from, to, env| {
+        from == f && to == old && is_forward(env)
+    }));
+    sim.propose(f, "y");
+    sim.deliver();
+    assert_eq!(sim.held.len(), 1);
+    sim.held.clear();
+    sim.hold = Some(Box::new(move |from, to, env| {
+        from == old && to == f && is_forward_reply(env)
+    }));
+    sim.propose(f, "x");
+    sim.deliver();
+    assert_eq!(sim.held.len(), 1);
+    sim.hold = None;
+    // The old leader is cut off; `o` takes over, and `f` sends `y` and `x` to it again. The
+    // old leader's acceptance of `x` arrives just then.
+    sim.isolate(old);
+    sim.mute_raft.clear();
+    sim.release_before = Some(Box::new(move |from, to, env| {
+        from == f && to == o && is_forward(env)
+    }));
+    sim.driver(o).force_campaign();
+    sim.driver(o).step();
+    sim.settle();
+    assert!(sim.held.is_empty(), "the writes were never sent again");
+    sim.heal();
+    sim.settle();
+    let h = sim.check(&[1, 2, 3]);
+    for cmd in [b"x".as_slice(), b"y"] {
         assert_eq!(h.iter().filter(|(_, c)| c == cmd).count(), 1);
     }
 }

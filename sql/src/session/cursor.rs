@@ -160,8 +160,26 @@ impl Session {
     /// Execute with a row limit on a tailable query (extended protocol):
     /// like FETCH on a cursor kept per portal. `None` if the statement is
     /// not a tailable query, so the caller runs it normally. The flag says
-    /// whether the portal is suspended (more may come) or complete.
+    /// whether the portal is suspended (more may come) or complete. Cancel
+    /// and `statement_timeout` stop it as they stop any statement.
     pub async fn portal_fetch(
+        &mut self,
+        portal: usize,
+        p: &Parsed,
+        params: &[ScalarValue],
+        max_rows: usize,
+    ) -> Result<Option<(SchemaRef, Vec<RecordBatch>, bool)>> {
+        self.sync_settings();
+        let mut interrupt = self.interrupt();
+        let r = tokio::select! {
+            biased;
+            r = self.portal_fetch_inner(portal, p, params, max_rows) => r,
+            e = interrupt.fired() => Err(e),
+        };
+        r.map_err(|e| self.fail_block(e))
+    }
+
+    async fn portal_fetch_inner(
         &mut self,
         portal: usize,
         p: &Parsed,

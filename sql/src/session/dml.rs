@@ -119,7 +119,7 @@ impl Session {
             _ => {
                 let snapshot = self.tables.snapshot_index();
                 let reads = self.tables.reads();
-                self.engine.propose_txn(ops, snapshot, reads).await?;
+                self.propose(ops, snapshot, reads).await?;
                 Ok(())
             }
         }

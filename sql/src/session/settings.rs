@@ -1,9 +1,16 @@
 //! Session settings: defaults (what SHOW answers), SET and SHOW.
+//!
+//! Values are stored as SHOW reports them: a setting Sluice acts on is
+//! normalized when it is set (`statement_timeout = 2000` shows `2s`, a boolean
+//! `on`/`off`), and checked ([`validate_setting`]) wherever it is set.
+//! `transaction_read_only` is not stored by SET: it is the current
+//! transaction's mode, which `Session::sync_settings` reports.
 
 use super::*;
 
 /// Settings every session starts with (SHOW answers these).
-pub(super) fn default_settings() -> BTreeMap<String, String> {
+pub(super) fn default_settings(limits: &crate::engine::Limits) -> BTreeMap<String, String> {
+    let memory = crate::memory::format_bytes(limits.max_statement_memory);
     [
         ("server_version", crate::SERVER_VERSION),
         ("server_version_num", crate::SERVER_VERSION_NUM),
@@ -27,10 +34,22 @@ pub(super) fn default_settings() -> BTreeMap<String, String> {
         ("tail_wait", "10s"),
         ("read_consistency", "prefix"),
         ("default_table_access_method", "heap"),
+        ("default_transaction_read_only", "off"),
+        (crate::interrupt::STATEMENT_TIMEOUT, "0"),
+        (crate::memory::SETTING, &memory),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect()
+}
+
+/// A boolean setting as PostgreSQL reads one.
+pub(super) fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" | "t" | "y" => Some(true),
+        "off" | "false" | "no" | "0" | "f" | "n" => Some(false),
+        _ => None,
+    }
 }
 
 /// Map spellings clients use to the setting's canonical name.
@@ -52,6 +71,43 @@ pub fn canonical_setting(name: &str) -> String {
 
 /// Check a value for a (canonical) setting name before it is stored.
 pub fn validate_setting(name: &str, value: &str) -> Result<()> {
+    normalize_setting(name, value).map(|_| ())
+}
+
+/// A value for a (canonical) setting name as it is stored and shown; an
+/// error if the setting cannot take it.
+pub fn normalize_setting(name: &str, value: &str) -> Result<String> {
+    let invalid = || {
+        Error::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"{name}\": \"{value}\""),
+        )
+    };
+    match name {
+        crate::interrupt::STATEMENT_TIMEOUT => {
+            let t = crate::interrupt::parse_timeout(value)?;
+            return Ok(crate::interrupt::format_timeout(t));
+        }
+        "default_transaction_read_only" | "transaction_read_only" => {
+            let on = parse_bool(value).ok_or_else(invalid)?;
+            return Ok(if on { "on" } else { "off" }.into());
+        }
+        crate::memory::SETTING => {
+            let bytes = statement::parse_bytes(value).map_err(|_| invalid())?;
+            let bytes = usize::try_from(bytes).map_err(|_| invalid())?;
+            if bytes < crate::memory::MIN_STATEMENT_MEMORY {
+                return Err(Error::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!(
+                        "{bytes} bytes is below the minimum of {} for parameter \"{name}\"",
+                        crate::memory::format_bytes(crate::memory::MIN_STATEMENT_MEMORY)
+                    ),
+                ));
+            }
+            return Ok(crate::memory::format_bytes(bytes));
+        }
+        _ => {}
+    }
     match name {
         "tail_wait" => {
             statement::parse_duration_ms(value)?;
@@ -79,14 +135,50 @@ pub fn validate_setting(name: &str, value: &str) -> Result<()> {
         }
         _ => {}
     }
-    Ok(())
+    Ok(value.to_string())
 }
 
 impl Session {
     pub(super) fn set(&mut self, name: &str, value: &str) -> Result<()> {
         let name = canonical_setting(name);
-        validate_setting(&name, value)?;
-        self.vars.write().settings.insert(name, value.to_string());
+        let value = normalize_setting(&name, value)?;
+        match name.as_str() {
+            "transaction_read_only" => return self.set_transaction_read_only(value == "on"),
+            crate::memory::SETTING => self.check_memory_setting(&value)?,
+            _ => {}
+        }
+        self.vars.write().settings.insert(name, value);
+        Ok(())
+    }
+
+    /// A session may lower its statement memory, not raise it past the server's.
+    pub(super) fn check_memory_setting(&self, value: &str) -> Result<()> {
+        let max = self.engine.limits.max_statement_memory;
+        if statement::parse_bytes(value)? > max as u64 {
+            return Err(Error::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!(
+                    "{value} exceeds the server's limit of {} for parameter \"{}\"",
+                    crate::memory::format_bytes(max),
+                    crate::memory::SETTING
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `SET TRANSACTION READ ONLY / READ WRITE`: the current block's mode.
+    /// Outside a block it has no effect (PostgreSQL only warns).
+    fn set_transaction_read_only(&mut self, read_only: bool) -> Result<()> {
+        if let Txn::Block(b) = &mut self.txn {
+            if b.read_only && !read_only && b.used {
+                return Err(Error::new(
+                    sqlstate::ACTIVE_SQL_TRANSACTION,
+                    "transaction read-write mode must be set before any query",
+                ));
+            }
+            b.read_only = read_only;
+        }
         Ok(())
     }
 
