@@ -52,6 +52,16 @@ pub struct ServeArgs {
     /// Maximum statement / write-command size in bytes [default: 67108864]
     #[arg(long)]
     pub max_statement_bytes: Option<usize>,
+    /// Memory one statement may hold for joins, aggregates and sorts before it spills or
+    /// fails with 53200, e.g. `512MB`; a session may set less [default: a quarter of memory]
+    #[arg(long, value_name = "SIZE")]
+    pub max_statement_memory: Option<String>,
+    /// Memory all running statements together may hold, e.g. `4GB` [default: half of memory]
+    #[arg(long, value_name = "SIZE")]
+    pub max_query_memory: Option<String>,
+    /// Every session's statement_timeout until it sets its own, e.g. `30s`; 0 is off [default: 0]
+    #[arg(long, value_name = "DURATION")]
+    pub statement_timeout: Option<String>,
     /// Segment file size at which a stream rolls over [default: 67108864]
     #[arg(long)]
     pub segment_bytes: Option<u64>,
@@ -79,8 +89,51 @@ struct FileConfig {
     authentication_timeout: Option<u64>,
     max_row_bytes: Option<usize>,
     max_statement_bytes: Option<usize>,
+    max_statement_memory: Option<String>,
+    max_query_memory: Option<String>,
+    statement_timeout: Option<String>,
     segment_bytes: Option<u64>,
     checkpoint_entries: Option<u64>,
+}
+
+/// `--max-statement-memory` and `--max-query-memory` in bytes: each at least the smallest
+/// statement limit, and one statement's never above all statements'.
+fn memory_limits(
+    statement: Option<String>,
+    query: Option<String>,
+) -> Result<(usize, usize), String> {
+    let parse = |flag: &str, text: Option<String>, default: usize| -> Result<usize, String> {
+        let Some(text) = text else {
+            return Ok(default);
+        };
+        let bytes = sluice_sql::statement::parse_bytes(&text)
+            .ok()
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(|| format!("--{flag} {text}: expected a size such as 512MB or 4GB"))?;
+        if bytes < sluice_sql::memory::MIN_STATEMENT_MEMORY {
+            return Err(format!("--{flag} {text}: must be at least 1MB"));
+        }
+        Ok(bytes)
+    };
+    let query = parse(
+        "max-query-memory",
+        query,
+        sluice_sql::memory::default_query_memory(),
+    )?;
+    let statement = parse(
+        "max-statement-memory",
+        statement,
+        sluice_sql::memory::default_statement_memory().min(query),
+    )?;
+    if statement > query {
+        return Err(format!(
+            "--max-statement-memory ({}) is above --max-query-memory ({}): one statement may not \
+             hold more than all of them together",
+            sluice_sql::memory::format_bytes(statement),
+            sluice_sql::memory::format_bytes(query)
+        ));
+    }
+    Ok((statement, query))
 }
 
 /// `authentication_timeout`'s bounds in seconds, PostgreSQL's.
@@ -102,6 +155,9 @@ pub struct Config {
     pub authentication_timeout: Duration,
     pub max_row_bytes: usize,
     pub max_statement_bytes: usize,
+    pub max_statement_memory: usize,
+    pub max_query_memory: usize,
+    pub statement_timeout: Option<Duration>,
     pub segment_bytes: u64,
     pub checkpoint_entries: u64,
     pub fsync_delay: Option<Duration>,
@@ -168,7 +224,19 @@ impl Config {
                 AUTHENTICATION_TIMEOUT_SECS.end()
             ));
         }
+        let (max_statement_memory, max_query_memory) = memory_limits(
+            args.max_statement_memory.or(file.max_statement_memory),
+            args.max_query_memory.or(file.max_query_memory),
+        )?;
+        let statement_timeout = match args.statement_timeout.or(file.statement_timeout) {
+            Some(text) => sluice_sql::interrupt::parse_timeout(&text)
+                .map_err(|e| format!("--statement-timeout {text}: {}", e.message))?,
+            None => None,
+        };
         Ok(Config {
+            max_statement_memory,
+            max_query_memory,
+            statement_timeout,
             node_id,
             peers,
             join,
@@ -251,6 +319,47 @@ mod tests {
             ..Default::default()
         };
         assert!(Config::resolve(args).is_ok());
+    }
+
+    #[test]
+    fn statement_memory_and_timeout_flags_are_read_and_checked() {
+        let resolve = |statement: Option<&str>, query: Option<&str>, timeout: Option<&str>| {
+            Config::resolve(ServeArgs {
+                max_statement_memory: statement.map(String::from),
+                max_query_memory: query.map(String::from),
+                statement_timeout: timeout.map(String::from),
+                ..Default::default()
+            })
+        };
+        let c = resolve(Some("256MB"), Some("1GB"), Some("30s")).unwrap();
+        assert_eq!(
+            (
+                c.max_statement_memory,
+                c.max_query_memory,
+                c.statement_timeout
+            ),
+            (256 << 20, 1 << 30, Some(Duration::from_secs(30)))
+        );
+        // a statement's default never exceeds a lower total
+        let c = resolve(None, Some("64MB"), Some("0")).unwrap();
+        assert_eq!(
+            (c.max_statement_memory, c.statement_timeout),
+            (64 << 20, None)
+        );
+        for (statement, query, timeout, expected) in [
+            (
+                Some("2GB"),
+                Some("1GB"),
+                None,
+                "is above --max-query-memory",
+            ),
+            (Some("lots"), None, None, "expected a size"),
+            (Some("1kB"), None, None, "at least 1MB"),
+            (None, None, Some("soon"), "--statement-timeout soon"),
+        ] {
+            let err = resolve(statement, query, timeout).unwrap_err();
+            assert!(err.contains(expected), "{err}");
+        }
     }
 
     #[test]

@@ -768,7 +768,7 @@ impl Backend {
         }
         client.set_state(PgWireConnectionState::QueryInProgress);
         let session = session_of(client)?;
-        let parsed = session.lock().await.parse_query(&query.query);
+        let parsed = session.lock().await.parse_query(&query.query).await;
         let mut copy_in = false;
         match parsed {
             Ok(parsed) if parsed.is_empty() => {
@@ -1123,7 +1123,7 @@ impl QueryParser for SluiceParser {
                     "statement exceeds max_statement_bytes",
                 ));
             }
-            let mut parsed = statement::parse(sql)?;
+            let mut parsed = statement::parse_off_thread(sql).await?;
             if parsed.len() > 1 {
                 return Err(sluice_sql::Error::syntax(
                     "cannot insert multiple commands into a prepared statement",

@@ -120,6 +120,10 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
     engine_config.limits = Limits {
         max_row_bytes: config.max_row_bytes,
         max_statement_bytes: config.max_statement_bytes,
+        max_statement_memory: config.max_statement_memory,
+        max_query_memory: config.max_query_memory,
+        max_spill_bytes: 2 * config.max_statement_memory as u64,
+        statement_timeout: config.statement_timeout,
         ..Limits::default()
     };
     let engine = Engine::open(engine_config)

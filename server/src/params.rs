@@ -58,7 +58,7 @@ pub fn decode(
     if format == FieldFormat::Text {
         let s = std::str::from_utf8(bytes).map_err(|_| {
             Error::new(
-                sqlstate::INVALID_TEXT_REPRESENTATION,
+                sqlstate::CHARACTER_NOT_IN_REPERTOIRE,
                 "invalid byte sequence for encoding \"UTF8\"",
             )
         })?;

@@ -45,8 +45,12 @@ pub struct Limits {
     /// Memory a running statement may reserve (see [`crate::memory`]); a session may
     /// lower it for itself (`SET max_statement_memory`).
     pub max_statement_memory: usize,
+    /// Memory all running statements together may reserve (`max_query_memory`).
+    pub max_query_memory: usize,
     /// Spill space of all running statements together, in `<data dir>/spill`.
     pub max_spill_bytes: u64,
+    /// Every session's `statement_timeout` until it sets its own; `None` is off.
+    pub statement_timeout: Option<std::time::Duration>,
 }
 
 impl Default for Limits {
@@ -57,7 +61,9 @@ impl Default for Limits {
             max_statement_bytes: 64 << 20,
             max_copy_bytes: 256 << 20,
             max_statement_memory: memory,
+            max_query_memory: crate::memory::default_query_memory(),
             max_spill_bytes: 2 * memory as u64,
+            statement_timeout: None,
         }
     }
 }
@@ -109,6 +115,8 @@ pub struct Engine {
     clustered: bool,
     /// Where statements spill what does not fit in their memory (see [`crate::memory`]).
     spill: Arc<datafusion::execution::disk_manager::DiskManager>,
+    /// What every session's statements hold together (see [`crate::memory`]).
+    pub(crate) query_memory: Arc<crate::memory::QueryMemory>,
 }
 
 /// How long `ALTER CLUSTER ADD NODE` waits for the new node to catch up and become a voter.
@@ -129,6 +137,7 @@ impl Engine {
         )?;
         let tables = db.table_store();
         let spill = crate::memory::spill_manager(&config.data_dir, config.limits.max_spill_bytes)?;
+        let query_memory = crate::memory::QueryMemory::new(config.limits.max_query_memory);
         let node_id = config.node.id;
         let clustered = !config.node.peers.is_empty();
         start_write_back(Arc::downgrade(&catalog));
@@ -147,6 +156,7 @@ impl Engine {
             row_ids: std::sync::atomic::AtomicU64::new(node_id << 48),
             retry_lane: tokio::sync::Mutex::new(()),
             query_runtime: config.query_runtime,
+            query_memory,
             clustered,
             spill,
         }))

@@ -18,6 +18,8 @@ pub mod sqlstate {
     pub const UNDEFINED_FUNCTION: &str = "42883";
     pub const DATATYPE_MISMATCH: &str = "42804";
     pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
+    /// Bytes that are not UTF-8 (PostgreSQL's "invalid byte sequence for encoding").
+    pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
     pub const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
     pub const STRING_DATA_RIGHT_TRUNCATION: &str = "22001";
     pub const DATETIME_FIELD_OVERFLOW: &str = "22008";

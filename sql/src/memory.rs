@@ -9,9 +9,14 @@
 //! the engine's spill directory, `<data dir>/spill`, bounded as a whole by
 //! [`crate::Limits::max_spill_bytes`] and emptied at startup.
 //!
+//! Every session's pool also reserves from the server's one [`QueryMemory`]
+//! (`max_query_memory`), so many sessions each within their own limit cannot together hold
+//! more than the server allows: the statement that would pass it fails with `53200` too.
+//!
 //! Invariants: the limit is the server's `max_statement_memory`, or less when the session
-//! lowers it (`SET max_statement_memory`); a session runs one statement at a time, so this
-//! is the statement's budget (an open cursor's plan keeps its reservations, and counts
+//! lowers it (`SET max_statement_memory`); the bytes a session holds are also held in the
+//! server's count, taken before and given back with the session's own; a session runs one
+//! statement at a time, so this is the statement's budget (an open cursor's plan keeps its reservations, and counts
 //! against the statements that run while it is open). Memory DataFusion does not account
 //! (batches in flight between operators, a function's output array) is not counted; the
 //! functions that can build one huge value from a small input are bounded on their own
@@ -39,6 +44,48 @@ pub const MIN_STATEMENT_MEMORY: usize = 1 << 20;
 /// once still fit.
 pub fn default_statement_memory() -> usize {
     (((machine_memory() / 4) >> 20) << 20).max(256 << 20)
+}
+
+/// The server's default for all statements together: half of the machine's memory, and
+/// never less than one statement's default.
+pub fn default_query_memory() -> usize {
+    (((machine_memory() / 2) >> 20) << 20).max(default_statement_memory())
+}
+
+/// The name of the server flag bounding all running statements' memory together.
+pub const SERVER_SETTING: &str = "max_query_memory";
+
+/// What all sessions' running statements hold together, and the most they may.
+#[derive(Debug)]
+pub struct QueryMemory {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl QueryMemory {
+    pub fn new(limit: usize) -> Arc<QueryMemory> {
+        Arc::new(QueryMemory {
+            limit,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes reserved now by every session's running plans.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn try_take(&self, bytes: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(bytes).filter(|n| *n <= self.limit)
+            })
+            .is_ok()
+    }
 }
 
 /// Physical memory, or the cgroup's limit if lower; 4 GiB when neither can be read.
@@ -72,13 +119,15 @@ fn machine_memory() -> usize {
 pub struct StatementMemory {
     limit: AtomicUsize,
     used: AtomicUsize,
+    server: Arc<QueryMemory>,
 }
 
 impl StatementMemory {
-    pub fn new(limit: usize) -> Arc<StatementMemory> {
+    pub fn new(limit: usize, server: Arc<QueryMemory>) -> Arc<StatementMemory> {
         Arc::new(StatementMemory {
             limit: AtomicUsize::new(limit),
             used: AtomicUsize::new(0),
+            server,
         })
     }
 
@@ -108,29 +157,40 @@ impl MemoryPool for StatementMemory {
     }
 
     fn grow(&self, _: &MemoryReservation, additional: usize) {
+        self.server.used.fetch_add(additional, Ordering::Relaxed);
         self.used.fetch_add(additional, Ordering::Relaxed);
     }
 
     fn shrink(&self, _: &MemoryReservation, shrink: usize) {
         self.used.fetch_sub(shrink, Ordering::Relaxed);
+        self.server.used.fetch_sub(shrink, Ordering::Relaxed);
     }
 
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> DFResult<()> {
         let limit = self.limit();
+        let refused = |what: &str, limit: usize| {
+            DataFusionError::ResourcesExhausted(format!(
+                "{OUT_OF_MEMORY}: {what} ({}); {} asked for {} more",
+                format_bytes(limit),
+                reservation.consumer().name(),
+                format_bytes(additional),
+            ))
+        };
         self.used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
                 used.checked_add(additional).filter(|n| *n <= limit)
             })
-            .map(|_| ())
-            .map_err(|_| {
-                DataFusionError::ResourcesExhausted(format!(
-                    "{OUT_OF_MEMORY}: the statement needs more than {SETTING} ({}); \
-                     {} asked for {} more",
-                    format_bytes(limit),
-                    reservation.consumer().name(),
-                    format_bytes(additional),
-                ))
-            })
+            .map_err(|_| refused(&format!("the statement needs more than {SETTING}"), limit))?;
+        if !self.server.try_take(additional) {
+            self.used.fetch_sub(additional, Ordering::Relaxed);
+            return Err(refused(
+                &format!(
+                    "the server's running statements together need more than {SERVER_SETTING}"
+                ),
+                self.server.limit,
+            ));
+        }
+        Ok(())
     }
 
     fn reserved(&self) -> usize {
@@ -188,7 +248,8 @@ mod tests {
 
     #[test]
     fn a_reservation_beyond_the_limit_fails_and_frees_nothing_it_did_not_take() {
-        let pool: Arc<dyn MemoryPool> = StatementMemory::new(1000);
+        let server = QueryMemory::new(10_000);
+        let pool: Arc<dyn MemoryPool> = StatementMemory::new(1000, server.clone());
         let a = MemoryConsumer::new("a").register(&pool);
         a.try_grow(600).unwrap();
         let b = MemoryConsumer::new("b").register(&pool);
@@ -201,6 +262,28 @@ mod tests {
         drop(a);
         b.try_grow(500).unwrap();
         assert_eq!(pool.reserved(), 500);
+        assert_eq!(server.used(), 500);
+    }
+
+    #[test]
+    fn sessions_within_their_limits_cannot_pass_the_servers_together() {
+        let server = QueryMemory::new(1500);
+        let one: Arc<dyn MemoryPool> = StatementMemory::new(1000, server.clone());
+        let two: Arc<dyn MemoryPool> = StatementMemory::new(1000, server.clone());
+        let a = MemoryConsumer::new("a").register(&one);
+        a.try_grow(1000).unwrap();
+        let b = MemoryConsumer::new("b").register(&two);
+        let err = b.try_grow(600).unwrap_err().to_string();
+        assert!(err.contains("max_query_memory (1500B)"), "{err}");
+        assert_eq!((two.reserved(), server.used()), (0, 1000));
+        // a refusal by the session's own limit takes nothing from the server
+        let err = b.try_grow(1001).unwrap_err().to_string();
+        assert!(err.contains("max_statement_memory"), "{err}");
+        assert_eq!(server.used(), 1000);
+        b.try_grow(500).unwrap();
+        drop(a);
+        drop(b);
+        assert_eq!(server.used(), 0);
     }
 
     #[test]

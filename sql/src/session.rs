@@ -207,7 +207,10 @@ impl Session {
             settings: default_settings(&engine.limits),
         }));
         let tables = Arc::new(TxnTables::default());
-        let memory = StatementMemory::new(engine.limits.max_statement_memory);
+        let memory = StatementMemory::new(
+            engine.limits.max_statement_memory,
+            engine.query_memory.clone(),
+        );
         let ctx = engine.new_context(vars.clone(), tables.clone(), memory.clone())?;
         crate::value_size::install(&ctx, memory.clone());
         let notify = Arc::new(NotifyState {
@@ -335,19 +338,21 @@ impl Session {
 
     /// The statements of a simple-protocol query, for [`Session::execute`]
     /// one at a time (a statement's rows stream before the next one runs).
-    pub fn parse_query(&mut self, sql: &str) -> Result<Vec<Parsed>> {
+    pub async fn parse_query(&mut self, sql: &str) -> Result<Vec<Parsed>> {
         let max = self.engine.limits.max_statement_bytes;
         if sql.len() > max {
             return Err(self.fail_block(statement_too_long(sql.len(), max)));
         }
-        statement::parse(sql).map_err(|e| self.fail_block(e))
+        statement::parse_off_thread(sql)
+            .await
+            .map_err(|e| self.fail_block(e))
     }
 
     /// Run every statement of a simple-protocol query, stopping at the
     /// first error (whose result is the last element). The rows of each are
     /// left unread: the wire layer streams statement by statement instead.
     pub async fn simple_query(&mut self, sql: &str) -> Vec<Result<Output>> {
-        let parsed = match self.parse_query(sql) {
+        let parsed = match self.parse_query(sql).await {
             Ok(p) => p,
             Err(e) => return vec![Err(e)],
         };
@@ -1280,7 +1285,7 @@ impl Session {
         }
         let text = std::str::from_utf8(data).map_err(|_| {
             Error::new(
-                sqlstate::INVALID_TEXT_REPRESENTATION,
+                sqlstate::CHARACTER_NOT_IN_REPERTOIRE,
                 "invalid byte sequence for encoding \"UTF8\"",
             )
         })?;

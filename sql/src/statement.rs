@@ -126,6 +126,25 @@ pub enum CopyFormat {
     Binary,
 }
 
+/// Statements longer than this are parsed on a blocking thread by [`parse_off_thread`]
+/// (parsing takes about a second per megabyte).
+pub const PARSE_INLINE_BYTES: usize = 64 << 10;
+
+/// [`parse`], on one of the runtime's blocking threads when `sql` is long, so that a
+/// multi-megabyte statement does not hold up the other clients of the connection thread
+/// (blocking threads have the same stack as the workers: see [`crate::complexity`]).
+pub async fn parse_off_thread(sql: &str) -> Result<Vec<Parsed>> {
+    if sql.len() <= PARSE_INLINE_BYTES {
+        return parse(sql);
+    }
+    let sql = sql.to_owned();
+    match tokio::task::spawn_blocking(move || parse(&sql)).await {
+        Ok(parsed) => parsed,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(Error::internal(format!("parsing was stopped: {e}"))),
+    }
+}
+
 /// Parse SQL text (possibly several statements) into classified statements.
 /// `COPY ... FROM STDIN;` followed by data lines and a `\.` line (as psql
 /// scripts write it) carries that data inline.

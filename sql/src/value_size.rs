@@ -249,7 +249,10 @@ mod tests {
 
     async fn run(limit: usize, sql: &str) -> std::result::Result<usize, Error> {
         let ctx = SessionContext::new();
-        install(&ctx, StatementMemory::new(limit));
+        install(
+            &ctx,
+            StatementMemory::new(limit, crate::memory::QueryMemory::new(usize::MAX)),
+        );
         let batches = ctx.sql(sql).await?.collect().await?;
         Ok(batches.iter().map(|b| b.num_rows()).sum())
     }

@@ -19,7 +19,10 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-pub use server::{binary_path, parse_listening_port, Server, BIN_ENV, STARTUP_TIMEOUT};
+pub use server::{
+    binary_path, parse_listening_port, spawn_sluice, spawn_sluice_with, Launch, Server, BIN_ENV,
+    STARTUP_TIMEOUT,
+};
 
 /// Default bound for one statement or one short sequence of them.
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);

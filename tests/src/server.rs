@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
@@ -184,31 +184,75 @@ impl Drop for Server {
 /// its output goes to the test's captured stderr tagged `[tag]`, and the port it prints in
 /// `listening on` arrives on the returned channel.
 pub fn spawn_sluice(data_dir: &Path, args: &[String], tag: String) -> (Child, mpsc::Receiver<u16>) {
+    spawn_sluice_with(data_dir, args, tag, &Launch::default())
+}
+
+/// What a test may change about how [`spawn_sluice_with`] starts the process.
+#[derive(Default)]
+pub struct Launch<'a> {
+    /// `--listen`, if not `127.0.0.1:0`.
+    pub listen: Option<&'a str>,
+    /// Variables set for the process.
+    pub env: &'a [(&'a str, &'a str)],
+    /// Variables removed from its environment.
+    pub unset_env: &'a [&'a str],
+    /// `ulimit -n` for the process (started through `bash -c`).
+    pub open_files: Option<u32>,
+    /// Where every output line is also kept, for tests that read the log.
+    pub log: Option<Arc<Mutex<Vec<String>>>>,
+}
+
+/// [`spawn_sluice`] with the changes in `launch`.
+pub fn spawn_sluice_with(
+    data_dir: &Path,
+    args: &[String],
+    tag: String,
+    launch: &Launch<'_>,
+) -> (Child, mpsc::Receiver<u16>) {
     let bin = binary_path();
     let data_dir = data_dir.to_str().expect("utf-8 data directory path");
-    let mut child = Command::new(&bin)
-        .args(["serve", "--data-dir", data_dir, "--listen", "127.0.0.1:0"])
+    let listen = launch.listen.unwrap_or("127.0.0.1:0");
+    let mut command = match launch.open_files {
+        Some(n) => {
+            let mut c = Command::new("bash");
+            c.arg("-c")
+                .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                .arg(&bin);
+            c
+        }
+        None => Command::new(&bin),
+    };
+    command
+        .args(["serve", "--data-dir", data_dir, "--listen", listen])
         .args(args)
         .env("NO_COLOR", "1")
         .env("RUST_BACKTRACE", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in launch.env {
+        command.env(k, v);
+    }
+    for k in launch.unset_env {
+        command.env_remove(k);
+    }
+    let mut child = command
         .spawn()
         .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
     let (port_tx, port_rx) = mpsc::channel();
     let stdout = child.stdout.take().expect("piped stdout");
     let stderr = child.stderr.take().expect("piped stderr");
-    forward_output(stdout, tag.clone(), Some(port_tx));
-    forward_output(stderr, tag, None);
+    forward_output(stdout, tag.clone(), launch.log.clone(), Some(port_tx));
+    forward_output(stderr, tag, launch.log.clone(), None);
     (child, port_rx)
 }
 
-/// Copies a child's output line by line into the test's captured stderr.
+/// Copies a child's output line by line into the test's captured stderr (and `log`).
 /// The first `listening on` line's port is sent on `port_tx`.
 fn forward_output(
     stream: impl Read + Send + 'static,
     tag: String,
+    log: Option<Arc<Mutex<Vec<String>>>>,
     mut port_tx: Option<mpsc::Sender<u16>>,
 ) {
     std::thread::spawn(move || {
@@ -219,6 +263,9 @@ fn forward_output(
                 if let Some(tx) = port_tx.take() {
                     let _ = tx.send(port);
                 }
+            }
+            if let Some(log) = &log {
+                log.lock().expect("log").push(line);
             }
         }
     });

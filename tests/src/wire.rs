@@ -53,7 +53,19 @@ pub fn close() -> Vec<u8> {
     message(b'C', &body)
 }
 
-/// A logged-in raw connection.
+/// The startup packet of a login as user `sluice` to database `sluice`, protocol 3.0.
+pub fn startup() -> Vec<u8> {
+    let mut body = 196608i32.to_be_bytes().to_vec();
+    for kv in ["user", "sluice", "database", "sluice"] {
+        body.extend(cstr(kv));
+    }
+    body.push(0);
+    let mut packet = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+    packet.extend(body);
+    packet
+}
+
+/// A raw connection: logged in by [`Wire::connect`], bare by [`Wire::open`].
 pub struct Wire {
     pub socket: TcpStream,
     buf: Vec<u8>,
@@ -62,24 +74,22 @@ pub struct Wire {
 impl Wire {
     /// Connects to `port` and completes startup.
     pub async fn connect(port: u16) -> Wire {
+        let mut wire = Wire::open(port).await;
+        wire.send(&startup()).await;
+        while wire.next(ANSWER).await.expect("startup answers").0 != b'Z' {}
+        wire
+    }
+
+    /// Connects to `port` without sending anything (not logged in).
+    pub async fn open(port: u16) -> Wire {
         let socket = TcpStream::connect(("127.0.0.1", port))
             .await
             .expect("connect");
         socket.set_nodelay(true).expect("nodelay");
-        let mut wire = Wire {
+        Wire {
             socket,
             buf: Vec::new(),
-        };
-        let mut body = 196608i32.to_be_bytes().to_vec();
-        for kv in ["user", "sluice", "database", "sluice"] {
-            body.extend(cstr(kv));
         }
-        body.push(0);
-        let mut startup = ((body.len() + 4) as i32).to_be_bytes().to_vec();
-        startup.extend(body);
-        wire.send(&startup).await;
-        while wire.next(ANSWER).await.expect("startup answers").0 != b'Z' {}
-        wire
     }
 
     pub async fn send(&mut self, bytes: &[u8]) {

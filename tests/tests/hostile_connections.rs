@@ -2,18 +2,17 @@
 //! limit, empty and guessed passwords, messages that panic the protocol library. Each test
 //! says what the server did before the fix; each failed on that code.
 //!
-//! These tests read the server's log, so they start `sluice` themselves ([`Sluice`]) rather
-//! than through [`sluice_tests::Server`], with the same binary and the same flags.
+//! These tests read the server's log and some change its environment, so they start
+//! `sluice` through [`sluice_tests::spawn_sluice_with`] ([`Sluice`]) rather than
+//! [`sluice_tests::Server`]: the same binary and flags, with the output kept.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::process::{Child, ExitStatus};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sluice_tests::wire::{cstr, error_code, message, Read};
-use sluice_tests::{binary_path, parse_listening_port, within, STATEMENT_TIMEOUT};
+use sluice_tests::wire::{cstr, error_code, message, startup, Read, Wire};
+use sluice_tests::{spawn_sluice_with, within, Launch, STATEMENT_TIMEOUT};
 use tempfile::TempDir;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_postgres::{Client, NoTls};
 
@@ -50,55 +49,17 @@ impl Sluice {
             .prefix("sluice-hostile-conn-")
             .tempdir()
             .expect("create a data directory");
-        let bin = binary_path();
-        let mut args: Vec<String> = ["serve", "--data-dir"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        args.push(data.path().to_str().expect("utf-8 path").to_string());
-        args.extend([
-            "--listen".into(),
-            how.listen.unwrap_or("127.0.0.1:0").into(),
-        ]);
-        args.extend(how.args.iter().map(|s| s.to_string()));
-        let mut command = match how.open_files {
-            Some(n) => {
-                let mut c = Command::new("bash");
-                c.arg("-c")
-                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
-                    .arg(&bin)
-                    .args(&args);
-                c
-            }
-            None => {
-                let mut c = Command::new(&bin);
-                c.args(&args);
-                c
-            }
-        };
-        command
-            .env("NO_COLOR", "1")
-            .env("RUST_BACKTRACE", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in how.env {
-            command.env(k, v);
-        }
-        for k in how.unset_env {
-            command.env_remove(k);
-        }
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let args: Vec<String> = how.args.iter().map(|s| s.to_string()).collect();
         let log = Arc::new(Mutex::new(Vec::new()));
-        let (port_tx, port_rx) = mpsc::channel();
-        keep(
-            child.stdout.take().expect("stdout"),
-            log.clone(),
-            Some(port_tx),
-        );
-        keep(child.stderr.take().expect("stderr"), log.clone(), None);
+        let launch = Launch {
+            listen: how.listen,
+            env: how.env,
+            unset_env: how.unset_env,
+            open_files: how.open_files,
+            log: Some(log.clone()),
+        };
+        let (mut child, port_rx) =
+            spawn_sluice_with(data.path(), &args, "sluice".to_string(), &launch);
         let deadline = Instant::now() + START;
         loop {
             if let Ok(port) = port_rx.try_recv() {
@@ -212,26 +173,6 @@ impl Drop for Sluice {
     }
 }
 
-/// Copies a child's output into `log` and the test's stderr; sends the port it listens on.
-fn keep(
-    stream: impl std::io::Read + Send + 'static,
-    log: Arc<Mutex<Vec<String>>>,
-    mut port_tx: Option<mpsc::Sender<u16>>,
-) {
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { break };
-            eprintln!("[sluice] {line}");
-            if let Some(port) = parse_listening_port(&line) {
-                if let Some(tx) = port_tx.take() {
-                    let _ = tx.send(port);
-                }
-            }
-            log.lock().expect("log").push(line);
-        }
-    });
-}
-
 async fn select_one(client: &Client) {
     let rows = within(
         STATEMENT_TIMEOUT,
@@ -243,66 +184,10 @@ async fn select_one(client: &Client) {
     assert!(!rows.is_empty());
 }
 
-/// The startup packet of a raw login as `sluice`.
-fn startup() -> Vec<u8> {
-    let mut body = 196608i32.to_be_bytes().to_vec();
-    for kv in ["user", "sluice", "database", "sluice"] {
-        body.extend(cstr(kv));
-    }
-    body.push(0);
-    let mut packet = ((body.len() + 4) as i32).to_be_bytes().to_vec();
-    packet.extend(body);
-    packet
-}
-
-/// A raw connection that has not logged in (unlike [`sluice_tests::wire::Wire`]).
-struct Raw {
-    socket: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Raw {
-    async fn connect(port: u16) -> Raw {
-        let socket = within(ANSWER, "connect", TcpStream::connect(("127.0.0.1", port)))
-            .await
-            .expect("connect");
-        Raw {
-            socket,
-            buf: Vec::new(),
-        }
-    }
-
-    async fn send(&mut self, bytes: &[u8]) {
-        self.socket.write_all(bytes).await.expect("send");
-    }
-
-    /// The next whole message, quiet for `wait`, or the connection closed.
-    async fn read_message(&mut self, wait: Duration) -> Read {
-        use tokio::io::AsyncReadExt;
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            if self.buf.len() >= 5 {
-                let len = i32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]])
-                    as usize;
-                if self.buf.len() > len {
-                    let m: Vec<u8> = self.buf.drain(..1 + len).collect();
-                    return Read::Message(m[0], m[5..].to_vec());
-                }
-            }
-            let mut chunk = [0u8; 4096];
-            match tokio::time::timeout_at(deadline, self.socket.read(&mut chunk)).await {
-                Err(_) => return Read::Quiet,
-                Ok(Ok(0)) | Ok(Err(_)) => return Read::Closed,
-                Ok(Ok(n)) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-}
-
 /// Whether a raw login with `password` gets AuthenticationOk (drivers refuse to send an
 /// empty password).
 async fn raw_login(port: u16, password: &str) -> bool {
-    let mut raw = Raw::connect(port).await;
+    let mut raw = Wire::open(port).await;
     raw.send(&startup()).await;
     if !matches!(raw.read_message(ANSWER).await, Read::Message(b'R', _)) {
         return false;
@@ -384,7 +269,7 @@ async fn connections_that_do_not_log_in_in_time_are_closed() {
     let started = Instant::now();
     // one says nothing, one sends its startup packet and never answers the password request
     let mut silent = server.idle_socket().await;
-    let mut wire = Raw::connect(server.port).await;
+    let mut wire = Wire::open(server.port).await;
     wire.send(&startup()).await;
     match wire.read_message(ANSWER).await {
         Read::Message(b'R', _) => {}

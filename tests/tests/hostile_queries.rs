@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_tests::wire::{bind, cstr, execute, message, parse, Wire};
+use sluice_tests::wire::{bind, cstr, error_code, execute, message, parse, Wire};
 use sluice_tests::{
     error_message, exec, expect_sqlstate, simple_rows, sqlstate, text_rows, Server,
 };
@@ -435,6 +435,186 @@ async fn count_distinct_over_a_cross_join_meets_the_memory_limit() {
         [["32MB"]]
     );
     others_served(&server).await;
+}
+
+/// Before: `statement_timeout` and `max_statement_memory` had no server flags (every session
+/// started with no timeout and a quarter of memory), and each session's limit held on its
+/// own: many sessions could together hold many times a statement's limit. Now the flags set
+/// every session's defaults, `--max-query-memory` bounds all statements together, and a
+/// cursor whose plan failed gives its memory back at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn server_flags_bound_every_session_and_all_statements_together() {
+    let server = Server::start_with(&[
+        "--statement-timeout",
+        "2s",
+        "--max-statement-memory",
+        "48MB",
+        "--max-query-memory",
+        "64MB",
+    ])
+    .await;
+    let a = server.client().await;
+    let b = server.client().await;
+    assert_eq!(text_rows(&a, "SHOW statement_timeout").await, [["2s"]]);
+    assert_eq!(text_rows(&a, "SHOW max_statement_memory").await, [["48MB"]]);
+    let err = a.simple_query(RUNAWAY).await.expect_err("timed out");
+    assert_eq!(code_of(&err), QUERY_CANCELED, "{err:?}");
+    exec(&a, "SET statement_timeout = 0").await;
+    exec(&a, "RESET statement_timeout").await;
+    assert_eq!(text_rows(&a, "SHOW statement_timeout").await, [["2s"]]);
+    expect_sqlstate(
+        a.simple_query("SET max_statement_memory = '64MB'").await,
+        &SqlState::INVALID_PARAMETER_VALUE,
+        "above the server's limit",
+    );
+
+    // a hash join whose build side fits one statement (~32 MB over two partitions)
+    let join = |n: u32, what: &str| {
+        format!(
+            "SELECT {what} FROM (SELECT v, md5(v::text) AS m FROM generate_series(1, {n}) AS t(v)) a \
+             JOIN generate_series(1, 3000000) AS b(v) ON a.v = b.v"
+        )
+    };
+    let count = join(250_000, "count(a.m)");
+    assert_eq!(text_rows(&b, &count).await, [["250000"]]);
+    // an open cursor keeps its build side; the same join beside it passes the total
+    exec(&a, "BEGIN").await;
+    exec(
+        &a,
+        &format!("DECLARE c CURSOR FOR {}", join(250_000, "a.m, b.v")),
+    )
+    .await;
+    assert_eq!(simple_rows(&a, "FETCH 1 FROM c").await.len(), 1);
+    let err = b.simple_query(&count).await.expect_err("over the total");
+    assert_eq!(code_of(&err), "53200", "{err:?}");
+    let msg = error_message(&err);
+    assert!(msg.contains("max_query_memory (64MB)"), "{msg}");
+    exec(&a, "COMMIT").await;
+    assert_eq!(text_rows(&b, &count).await, [["250000"]]);
+
+    // a cursor whose plan fails (over the statement's own limit) frees what it held, though
+    // its block stays aborted until ROLLBACK
+    exec(&a, "BEGIN").await;
+    exec(
+        &a,
+        &format!("DECLARE d CURSOR FOR {}", join(600_000, "a.m, b.v")),
+    )
+    .await;
+    let err = a.simple_query("FETCH 1 FROM d").await.expect_err("over");
+    assert!(
+        error_message(&err).contains("max_statement_memory (48MB)"),
+        "{err:?}"
+    );
+    assert_eq!(text_rows(&b, &count).await, [["250000"]]);
+    exec(&a, "ROLLBACK").await;
+    others_served(&server).await;
+}
+
+/// Before: statements were parsed on the connection thread (one on a 2-core machine), so
+/// while a 7 MB statement was parsed (5 s in a debug build) no other client was answered:
+/// a `SELECT 1` sent during it came back after it. Now long statements are parsed on a
+/// blocking thread and the `SELECT 1` comes back first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_statement_does_not_hold_up_other_clients_while_it_is_parsed() {
+    let server = Server::start().await;
+    let long = server.client().await;
+    let other = server.client().await;
+    // a million-element IN list whose syntax error is at its very end: all parse, no plan
+    let mut sql = String::from("SELECT 1 WHERE 1 IN (0");
+    for i in 1..1_000_000 {
+        sql.push(',');
+        sql.push_str(&i.to_string());
+    }
+    sql.push_str(")) oops");
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let long_done = done_tx.clone();
+    let parsing = tokio::spawn(async move {
+        let r = long.simple_query(&sql).await;
+        let _ = long_done.send("long");
+        r
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let select = tokio::spawn(async move {
+        let r = other.simple_query("SELECT 1").await;
+        let _ = done_tx.send("select");
+        r
+    });
+    let first = tokio::time::timeout(STOPS_WITHIN * 6, done_rx.recv())
+        .await
+        .expect("an answer")
+        .expect("a sender");
+    let err = parsing.await.expect("join").expect_err("a syntax error");
+    assert_eq!(code_of(&err), "42601", "{err:?}");
+    select.await.expect("join").expect("SELECT 1");
+    assert_eq!(
+        first, "select",
+        "SELECT 1 waited for the long statement's parse"
+    );
+}
+
+/// Before: a text parameter or COPY data that was not UTF-8 was refused with `22P02`;
+/// PostgreSQL says `22021` (invalid byte sequence), and so does the server now.
+#[tokio::test(flavor = "multi_thread")]
+async fn bytes_that_are_not_utf8_are_refused_as_postgres_refuses_them() {
+    let server = Server::start().await;
+    exec(&server.client().await, "CREATE STREAM raw_text (v text)").await;
+    let mut wire = Wire::connect(server.port()).await;
+    let error_of = |answers: &[(u8, Vec<u8>)]| {
+        answers
+            .iter()
+            .find(|(tag, _)| *tag == b'E')
+            .map(|(_, body)| error_code(body))
+    };
+    // Parse "SELECT $1::text" (the parameter typed text), Bind one text value 0xff
+    let mut p = cstr("");
+    p.extend(cstr("SELECT $1::text"));
+    p.extend(1i16.to_be_bytes());
+    p.extend(25i32.to_be_bytes());
+    let mut b = cstr("");
+    b.extend(cstr(""));
+    b.extend(0i16.to_be_bytes());
+    b.extend(1i16.to_be_bytes());
+    b.extend(1i32.to_be_bytes());
+    b.push(0xff);
+    b.extend(0i16.to_be_bytes());
+    for m in [
+        message(b'P', &p),
+        message(b'B', &b),
+        execute(),
+        message(b'S', &[]),
+    ] {
+        wire.send(&m).await;
+    }
+    let answers = until_ready(&mut wire).await;
+    assert_eq!(error_of(&answers).as_deref(), Some("22021"), "{answers:?}");
+    // COPY text data
+    wire.send(&message(b'Q', &cstr("COPY raw_text FROM STDIN")))
+        .await;
+    let (tag, _) = wire.next(STOPS_WITHIN).await.expect("CopyInResponse");
+    assert_eq!(tag, b'G');
+    wire.send(&message(b'd', b"ok\n\xff\xfe\n")).await;
+    wire.send(&message(b'c', &[])).await;
+    let answers = until_ready(&mut wire).await;
+    assert_eq!(error_of(&answers).as_deref(), Some("22021"), "{answers:?}");
+    // the session goes on, and nothing of the refused COPY was written
+    let client = server.client().await;
+    assert_eq!(
+        text_rows(&client, "SELECT count(*) FROM raw_text").await,
+        [["0"]]
+    );
+}
+
+/// Every message up to and including ReadyForQuery.
+async fn until_ready(wire: &mut Wire) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    loop {
+        let m = wire.next(STOPS_WITHIN).await.expect("an answer");
+        let done = m.0 == b'Z';
+        out.push(m);
+        if done {
+            return out;
+        }
+    }
 }
 
 /// Before: `repeat('x', 2147483647)` built a 2 GB string and `lpad` with the same length

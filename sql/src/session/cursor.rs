@@ -136,7 +136,13 @@ impl Session {
                     let batch = match buffered.pop_front() {
                         Some(b) => b,
                         None => match stream.get_mut().next().await {
-                            Some(b) => b?,
+                            Some(Ok(b)) => b,
+                            Some(Err(e)) => {
+                                // a failed plan is done: drop it now, with the memory its
+                                // operators reserved, as PostgreSQL drops a failed portal
+                                self.cursors.remove(name);
+                                return Err(e.into());
+                            }
                             None => break,
                         },
                     };

@@ -11,6 +11,7 @@ use super::*;
 /// Settings every session starts with (SHOW answers these).
 pub(super) fn default_settings(limits: &crate::engine::Limits) -> BTreeMap<String, String> {
     let memory = crate::memory::format_bytes(limits.max_statement_memory);
+    let timeout = crate::interrupt::format_timeout(limits.statement_timeout);
     [
         ("server_version", crate::SERVER_VERSION),
         ("server_version_num", crate::SERVER_VERSION_NUM),
@@ -35,7 +36,7 @@ pub(super) fn default_settings(limits: &crate::engine::Limits) -> BTreeMap<Strin
         ("read_consistency", "prefix"),
         ("default_table_access_method", "heap"),
         ("default_transaction_read_only", "off"),
-        (crate::interrupt::STATEMENT_TIMEOUT, "0"),
+        (crate::interrupt::STATEMENT_TIMEOUT, &timeout),
         (crate::memory::SETTING, &memory),
     ]
     .into_iter()
