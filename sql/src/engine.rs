@@ -143,7 +143,7 @@ impl Engine {
         start_write_back(Arc::downgrade(&catalog));
         let node =
             sluice_consensus::start(config.node, db).map_err(|e| Error::io(e.to_string()))?;
-        Ok(Arc::new(Engine {
+        let engine = Arc::new(Engine {
             catalog,
             hub: Arc::new(crate::notify::Hub::default()),
             sessions: std::sync::atomic::AtomicU64::new(1),
@@ -159,7 +159,9 @@ impl Engine {
             query_memory,
             clustered,
             spill,
-        }))
+        });
+        crate::retention::start(&engine);
+        Ok(engine)
     }
 
     /// The runtime queries run on (see [`crate::executor`]), if the server gave one.
@@ -645,6 +647,8 @@ fn streams_schema() -> SchemaRef {
         Field::new("bytes", DataType::Int64, false),
         Field::new("segments", DataType::Int64, false),
         Field::new("retention", DataType::Utf8, true),
+        Field::new("retention_bytes", DataType::Int64, true),
+        Field::new("oldest_ts", crate::catalog::ts_type(), true),
     ]))
 }
 
@@ -688,6 +692,20 @@ fn streams_table(engine: &Engine) -> DFResult<Arc<dyn TableProvider>> {
                     .iter()
                     .map(|s| retention(s.def.options.retention_ms)),
             )),
+            Arc::new(Int64Array::from_iter(streams.iter().map(|s| {
+                s.def
+                    .options
+                    .retention_bytes
+                    .map(|b| i64::try_from(b).unwrap_or(i64::MAX))
+            }))),
+            Arc::new(
+                arrow::array::TimestampMicrosecondArray::from_iter(
+                    streams
+                        .iter()
+                        .map(|s| s.log.segments().iter().find_map(|seg| seg.min_ts_micros)),
+                )
+                .with_timezone("UTC"),
+            ),
         ],
     )?;
     Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))

@@ -30,6 +30,7 @@ pub mod interrupt;
 pub mod memory;
 pub mod notify;
 pub mod provider;
+pub mod retention;
 pub mod session;
 pub mod statement;
 pub mod system;

@@ -1,0 +1,212 @@
+//! Retention that runs (issue 23): a stream's `retention` and `retention_bytes` drop whole
+//! sealed segments on every node alike, a tail left behind the retained range fails naming
+//! the first retained offset, and every acknowledged row at or after that offset is there.
+//!
+//! Before: both options were stored, shown by `SHOW STREAMS` and ignored — nothing was
+//! ever deleted, so these tests failed at the first wait for `first_offset` to move.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use sluice_tests::cluster::Cluster;
+use sluice_tests::{exec, text_rows, Server};
+use tokio_postgres::Client;
+
+/// How long the retention task may take to act (it checks every second).
+const ACTS_WITHIN: Duration = Duration::from_secs(20);
+
+/// One row's payload: segments of 4 KiB hold a dozen rows.
+fn payload(i: i64) -> String {
+    format!("{i:08}-{}", "x".repeat(300))
+}
+
+/// Inserts rows for `run`, one statement each, and returns every acknowledged offset with
+/// its row number.
+async fn write_for(client: &Client, stream: &str, run: Duration) -> BTreeMap<i64, i64> {
+    let insert = client
+        .prepare(&format!(
+            "INSERT INTO {stream} (n, v) VALUES ($1, $2) RETURNING offset"
+        ))
+        .await
+        .expect("prepare");
+    let mut acked = BTreeMap::new();
+    let start = Instant::now();
+    let mut i = 0i64;
+    while start.elapsed() < run && i < 100_000 {
+        let row = client
+            .query_one(&insert, &[&i, &payload(i)])
+            .await
+            .expect("insert");
+        acked.insert(row.get::<_, i64>(0), i);
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    acked
+}
+
+/// `first_offset`, `bytes` and `segments` of a stream.
+async fn shape(client: &Client, stream: &str) -> (i64, i64, i64) {
+    let rows = text_rows(
+        client,
+        &format!(
+            "SELECT first_offset, bytes, segments FROM sluice_streams WHERE name = '{stream}'"
+        ),
+    )
+    .await;
+    let n = |k: usize| rows[0][k].parse::<i64>().expect("a number");
+    (n(0), n(1), n(2))
+}
+
+/// Waits until `check` holds for the stream's shape; panics with the last shape if not.
+async fn until_shape(
+    client: &Client,
+    stream: &str,
+    what: &str,
+    check: impl Fn((i64, i64, i64)) -> bool,
+) -> (i64, i64, i64) {
+    let deadline = Instant::now() + ACTS_WITHIN;
+    loop {
+        let s = shape(client, stream).await;
+        if check(s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: still {s:?} after {ACTS_WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every acknowledged row at or after `first` is at its offset with its payload.
+async fn retained_rows_intact(
+    client: &Client,
+    stream: &str,
+    first: i64,
+    acked: &BTreeMap<i64, i64>,
+) {
+    let rows = text_rows(
+        client,
+        &format!("SELECT offset, n, v FROM {stream} WHERE offset >= {first} ORDER BY offset"),
+    )
+    .await;
+    let got: BTreeMap<i64, (i64, String)> = rows
+        .into_iter()
+        .map(|r| {
+            (
+                r[0].parse().expect("offset"),
+                (r[1].parse().expect("n"), r[2].clone()),
+            )
+        })
+        .collect();
+    for (offset, n) in acked.range(first..) {
+        assert_eq!(
+            got.get(offset),
+            Some(&(*n, payload(*n))),
+            "acknowledged row {n} at offset {offset} (first retained {first})"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn time_retention_drops_old_segments_and_a_tail_left_behind_fails() {
+    let server = Server::start_with(&["--segment-bytes", "4096"]).await;
+    let client = server.client().await;
+    exec(
+        &client,
+        "CREATE STREAM r (n bigint, v text) WITH (retention = '2 seconds')",
+    )
+    .await;
+    let writer = server.client().await;
+    exec(&writer, "INSERT INTO r (n, v) VALUES (-1, 'first')").await;
+    // a tail that reads that row and then falls behind
+    let reader = server.client().await;
+    exec(&reader, "BEGIN").await;
+    exec(
+        &reader,
+        "DECLARE c CURSOR FOR SELECT offset, n FROM r WHERE offset >= 0",
+    )
+    .await;
+    assert_eq!(text_rows(&reader, "FETCH 1 FROM c").await, [["0", "-1"]]);
+
+    let acked = write_for(&writer, "r", Duration::from_secs(6)).await;
+    let spanned = acked.len() as i64 * 310 / 4096;
+    assert!(spanned > 10, "only {} rows written", acked.len());
+    let (first, _, _) = until_shape(&client, "r", "old segments dropped", |s| s.0 > 0).await;
+    // idle, every sealed segment ages out: the active one stays (and the one a checkpoint
+    // still names), of the more than ten the rows filled
+    let (first, _, _) = until_shape(&client, "r", "idle stream cut to its active segment", |s| {
+        s.2 <= 2 && s.0 > first
+    })
+    .await;
+    retained_rows_intact(&client, "r", first, &acked).await;
+    let err = reader
+        .simple_query("FETCH 100 FROM c")
+        .await
+        .expect_err("left behind");
+    assert_eq!(err.code().map(|c| c.code()), Some("22023"), "{err:?}");
+    let msg = sluice_tests::error_message(&err);
+    assert!(
+        msg.contains("no longer retained") && msg.contains("first retained offset is"),
+        "{msg}"
+    );
+    // the stream takes appends after the cut, at the next offset
+    let next = writer
+        .query_one(
+            "INSERT INTO r (n, v) VALUES (-1, 'after') RETURNING offset",
+            &[],
+        )
+        .await
+        .expect("insert after the cut")
+        .get::<_, i64>(0);
+    assert_eq!(next, *acked.keys().last().expect("rows written") + 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn size_retention_is_applied_identically_on_every_node() {
+    let cluster = Cluster::start(3, false, &["--segment-bytes", "4096"]).await;
+    let leader = cluster
+        .wait_leader(&[1, 2, 3], None, Duration::from_secs(30))
+        .await;
+    let client = cluster.client(leader).await;
+    exec(
+        &client,
+        "CREATE STREAM q (n bigint, v text) WITH (retention_bytes = '16kB')",
+    )
+    .await;
+    let acked = write_for(&client, "q", Duration::from_secs(4)).await;
+    assert!(
+        acked.len() as i64 * 310 > 64 * 1024,
+        "only {} rows written",
+        acked.len()
+    );
+    // every node reaches the same cut, which keeps about 16 kB (plus the active segment),
+    // and holds the same retained rows
+    let clients = [
+        cluster.client(1).await,
+        cluster.client(2).await,
+        cluster.client(3).await,
+    ];
+    let deadline = Instant::now() + ACTS_WITHIN;
+    let first = loop {
+        let mut shapes = Vec::new();
+        for c in &clients {
+            shapes.push(shape(c, "q").await);
+        }
+        let first = shapes[0].0;
+        if first > 0
+            && shapes.iter().all(|s| s.0 == first)
+            && shapes.iter().all(|s| s.1 <= 24 * 1024)
+        {
+            break first;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nodes not at one cut: {shapes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for c in &clients {
+        retained_rows_intact(c, "q", first, &acked).await;
+    }
+}
