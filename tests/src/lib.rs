@@ -8,6 +8,7 @@
 
 pub mod chaos;
 pub mod cluster;
+pub mod hostile;
 pub mod psql;
 mod server;
 pub mod wire;
