@@ -404,7 +404,7 @@ impl Database {
                 .unwrap_or(DEFAULT_DEDUP_WINDOW_MS) as i64
                 * 1000;
             let snap = snap.get_or_insert_with(|| self.tables.snapshot());
-            let batch = crate::insert::decode_ipc(&a.ipc)?;
+            let batch = crate::ipc::decode_ipc(&a.ipc)?;
             let ts = stream.next_ts(cmd.ts_micros);
             let id = dedup_table_id(stream.def.id);
             let first = *next
@@ -460,7 +460,7 @@ impl Database {
                 let mask = arrow::array::BooleanArray::from(keep);
                 let filtered = arrow::compute::filter_record_batch(&batch, &mask)
                     .map_err(|e| Error::internal(e.to_string()))?;
-                Some(crate::insert::encode_ipc(&filtered)?)
+                Some(crate::ipc::encode_ipc(&filtered)?)
             };
             plans.insert(
                 i,

@@ -128,12 +128,12 @@ impl Stream {
     }
 
     /// The IPC schema message that opens an append's batch of `user_schema`
-    /// (see [`crate::insert::encode_ipc_with`]).
+    /// (see [`crate::ipc::encode_ipc_with`]).
     pub fn ipc_schema(&self) -> Result<&[u8]> {
         if let Some(m) = self.ipc_schema.get() {
             return Ok(m);
         }
-        let m = crate::insert::ipc_schema_message(&self.user_schema)?;
+        let m = crate::ipc::ipc_schema_message(&self.user_schema)?;
         Ok(self.ipc_schema.get_or_init(|| m))
     }
 

@@ -3,7 +3,7 @@
 //! This crate turns SQL into reads and replicated writes: it parses and
 //! classifies statements ([`statement`]), runs queries through DataFusion
 //! over the stream segments ([`provider`]), builds appends ([`insert`],
-//! [`copy`]) and proposes them as [`command`]s through the Raft node; the
+//! [`copy`]; rows travel as Arrow IPC bytes, [`ipc`]) and proposes them as [`command`]s through the Raft node; the
 //! state machine ([`apply`]) applies committed commands to the [`catalog`]
 //! and storage. Mutable tables and transactions over them live in
 //! [`table`]. [`session`] is one client's view; [`engine`] is what all
@@ -27,6 +27,7 @@ pub mod error;
 pub mod executor;
 pub mod insert;
 pub mod interrupt;
+pub mod ipc;
 pub mod memory;
 pub mod notify;
 pub mod provider;

@@ -1127,9 +1127,9 @@ impl Session {
         batch: &RecordBatch,
     ) -> Result<Option<Appended>> {
         let ipc = if *batch.schema() == *stream.user_schema {
-            insert::encode_ipc_with(stream.ipc_schema()?, batch)?
+            crate::ipc::encode_ipc_with(stream.ipc_schema()?, batch)?
         } else {
-            insert::encode_ipc(batch)?
+            crate::ipc::encode_ipc(batch)?
         };
         let op = Op {
             kind: Some(op::Kind::Append(Append {

@@ -237,7 +237,7 @@ impl TxnTables {
                     );
                 }
                 Some(op::Kind::Append(a)) => {
-                    let batch = crate::insert::decode_ipc(&a.ipc)?;
+                    let batch = crate::ipc::decode_ipc(&a.ipc)?;
                     inner.appends.push((a.stream_id, batch));
                 }
                 _ => {}
