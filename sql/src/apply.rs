@@ -33,11 +33,12 @@ use serde::{Deserialize, Serialize};
 use sluice_consensus::StateMachine;
 use sluice_storage::{StreamCheckpoint, StreamLog, StreamLogOptions};
 
-use crate::catalog::{Catalog, Stream, StreamDef};
+use crate::catalog::{Catalog, Stream};
 use crate::command::{op, Command, CommandResult, OpOutcome};
+use crate::definition::{StreamDef, TableDef, CONSUMER_OFFSETS};
 use crate::error::{sqlstate, Error};
 use crate::table::store::{TableStore, TableVersions, Write};
-use crate::table::{write_kind, Table, TableDef, CONSUMER_OFFSETS};
+use crate::table::{write_kind, Table};
 
 /// Where checkpoints were kept before tables (read once, then removed).
 const LEGACY_CHECKPOINT_FILE: &str = "checkpoint.json";
@@ -981,12 +982,12 @@ mod tests {
             oid: 0,
             name: name.into(),
             columns: vec![
-                crate::catalog::ColumnDef {
+                crate::definition::ColumnDef {
                     name: "k".into(),
                     ty: crate::types::ColumnType::Int8,
                     not_null: true,
                 },
-                crate::catalog::ColumnDef {
+                crate::definition::ColumnDef {
                     name: "v".into(),
                     ty: crate::types::ColumnType::Int8,
                     not_null: false,

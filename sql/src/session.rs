@@ -31,9 +31,10 @@ use datafusion::scalar::ScalarValue;
 use datafusion::sql::parser::Statement as DFStatement;
 use sqlparser::ast::{BinaryOperator, Expr, SelectItem, SetExpr, Statement, TableObject, Value};
 
-use crate::catalog::{Stream, OFFSET_COLUMN, TS_COLUMN};
+use crate::catalog::Stream;
 use crate::command::{op, Append, CreateStream, CreateTable, DropStream, Op, OpOutcome, Truncate};
 use crate::copy;
+use crate::definition::{OFFSET_COLUMN, TS_COLUMN};
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
 use crate::insert;
@@ -1484,7 +1485,7 @@ fn target_columns(stream: &Stream, names: &[String]) -> Result<Vec<usize>> {
 /// Positions of the named columns of a relation (all of them if `names` is
 /// empty), each at most once; `check` vets each name first.
 fn column_positions(
-    columns: &[crate::catalog::ColumnDef],
+    columns: &[crate::definition::ColumnDef],
     relation: &str,
     names: &[String],
     check: impl Fn(&str) -> Result<()>,

@@ -16,9 +16,9 @@ use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::Keyword;
 use sqlparser::tokenizer::{Token, Tokenizer, Whitespace, Word};
 
-use crate::catalog::{ColumnDef, StreamDef, StreamOptions, OFFSET_COLUMN, TS_COLUMN};
+use crate::definition::{ColumnDef, StreamDef, StreamOptions, TableDef, OFFSET_COLUMN, TS_COLUMN};
 use crate::error::{sqlstate, Error, Result};
-use crate::table::{check_name, TableDef};
+use crate::table::check_name;
 use crate::types::ColumnType;
 
 pub use datafusion::sql::sqlparser;

@@ -29,7 +29,8 @@ use sqlparser::ast::{
 };
 use tokio::sync::watch;
 
-use crate::catalog::{Catalog, Current, Stream, OFFSET_COLUMN};
+use crate::catalog::{Catalog, Current, Stream};
+use crate::definition::OFFSET_COLUMN;
 use crate::error::{sqlstate, Error, Result};
 use crate::statement::{self, sqlparser};
 

@@ -145,12 +145,12 @@ pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
         .map(|s| {
             let mut columns = vec![
                 RelColumn {
-                    name: crate::catalog::OFFSET_COLUMN.into(),
+                    name: crate::definition::OFFSET_COLUMN.into(),
                     ty: ColumnType::Int8,
                     not_null: true,
                 },
                 RelColumn {
-                    name: crate::catalog::TS_COLUMN.into(),
+                    name: crate::definition::TS_COLUMN.into(),
                     ty: ColumnType::Timestamptz,
                     not_null: true,
                 },
