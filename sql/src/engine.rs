@@ -378,7 +378,7 @@ impl Engine {
     /// to the engine's spill space.
     pub fn new_context(
         self: &Arc<Self>,
-        vars: crate::system::SharedVars,
+        vars: crate::settings::SharedVars,
         txn: Arc<TxnTables>,
         memory: Arc<crate::memory::StatementMemory>,
     ) -> Result<SessionContext> {
@@ -406,7 +406,8 @@ impl Engine {
         // registering into a fresh in-memory catalog cannot fail
         let _ = catalog.register_schema(SCHEMA_NAME, schema);
         ctx.register_catalog(CATALOG_NAME, Arc::new(catalog));
-        self.system.install(&ctx, self, vars);
+        let source: std::sync::Weak<Engine> = Arc::downgrade(self);
+        self.system.install(&ctx, CATALOG_NAME, source, vars);
         Ok(ctx)
     }
 }
@@ -544,13 +545,18 @@ impl SchemaProvider for LiveSchema {
     }
 }
 
-/// Sluice's system views in `public`, with their schemas.
-pub(crate) fn system_views() -> Vec<(&'static str, SchemaRef)> {
-    vec![
-        (STATS_VIEW, stats_schema()),
-        (STREAMS_VIEW, streams_schema()),
-        (CLUSTER_VIEW, cluster_schema()),
-    ]
+impl crate::system::CatalogSource for Engine {
+    fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    fn system_views(&self) -> Vec<(&'static str, SchemaRef)> {
+        vec![
+            (STATS_VIEW, stats_schema()),
+            (STREAMS_VIEW, streams_schema()),
+            (CLUSTER_VIEW, cluster_schema()),
+        ]
+    }
 }
 
 fn cluster_schema() -> SchemaRef {

@@ -190,10 +190,14 @@ fn ours(e: &datafusion::error::DataFusionError) -> Option<Error> {
     }
 }
 
+/// How a statement memory pool's refusals start ([`crate::memory`] and
+/// [`crate::value_size`] write them; [`resources_exhausted`] recognizes them by it).
+pub const OUT_OF_MEMORY_MESSAGE: &str = "out of memory";
+
 /// A memory pool's refusal (`53200`, see `crate::memory`) or the spill space's (`53100`).
 fn resources_exhausted(msg: &str) -> Error {
     let msg = msg.trim_start_matches("Resources exhausted: ");
-    if msg.starts_with(crate::memory::OUT_OF_MEMORY) {
+    if msg.starts_with(OUT_OF_MEMORY_MESSAGE) {
         Error::new(sqlstate::OUT_OF_MEMORY, msg)
     } else if msg.contains("disk space") {
         Error::new(sqlstate::DISK_FULL, msg)

@@ -34,11 +34,13 @@ pub mod notify;
 pub mod provider;
 mod pushdown;
 pub mod session;
+pub mod settings;
 pub mod statement;
 pub mod system;
 pub mod table;
 pub mod tail;
 pub mod types;
+pub mod units;
 pub mod value_size;
 
 pub use engine::{Engine, EngineConfig, Limits};

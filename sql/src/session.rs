@@ -38,13 +38,16 @@ use crate::definition::{OFFSET_COLUMN, TS_COLUMN};
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
 use crate::insert;
-use crate::interrupt::Interrupt;
+use crate::interrupt::{CancelWatch, Interrupt};
 use crate::memory::StatementMemory;
 use crate::notify::{self, Notification};
 use crate::provider::{with_system_columns, InsertCollector};
+use crate::settings::{
+    canonical_setting, default_settings, normalize_setting, parse_bool, SessionVars, SharedVars,
+};
 use crate::statement::{self, sqlparser, CopyFormat, Parsed};
 use crate::table::TxnTables;
-use crate::tail::{self, CancelWatch, Tail};
+use crate::tail::{self, Tail};
 use crate::types::ColumnType;
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
@@ -53,13 +56,11 @@ mod cursor;
 mod dml;
 mod functions;
 mod naming;
-mod settings;
+mod variables;
 
 use cursor::{no_cursor, CursorEntry};
 use functions::{pg_notify_udf, session_udfs, NotifyState};
 use naming::{pg_column_names, with_unique_names};
-use settings::default_settings;
-pub use settings::{canonical_setting, normalize_setting, validate_setting};
 
 /// What a statement produced, for the wire layer to send.
 pub enum Output {
@@ -175,7 +176,7 @@ pub struct Session {
     ctx: SessionContext,
     txn: Txn,
     /// Settings, user and database, shared with catalog functions.
-    vars: crate::system::SharedVars,
+    vars: SharedVars,
     /// Settings given at startup, which RESET restores.
     startup_settings: BTreeMap<String, String>,
     id: u64,
@@ -202,10 +203,10 @@ pub struct Session {
 
 impl Session {
     pub fn new(engine: Arc<Engine>) -> Result<Session> {
-        let vars = Arc::new(parking_lot::RwLock::new(crate::system::SessionVars {
+        let vars = Arc::new(parking_lot::RwLock::new(SessionVars {
             user: "sluice".into(),
             database: "sluice".into(),
-            settings: default_settings(&engine.limits),
+            settings: default_settings(engine.limits.max_statement_memory),
         }));
         let tables = Arc::new(TxnTables::default());
         let memory = StatementMemory::new(engine.limits.max_statement_memory);
@@ -273,7 +274,7 @@ impl Session {
 
     fn tail_wait(&self) -> Duration {
         let text = self.setting("tail_wait").unwrap_or_else(|| "10s".into());
-        Duration::from_millis(statement::parse_duration_ms(&text).unwrap_or(10_000))
+        Duration::from_millis(crate::units::parse_duration_ms(&text).unwrap_or(10_000))
     }
 
     fn end_block(&mut self, committed: bool) {
@@ -411,7 +412,7 @@ impl Session {
     fn sync_settings(&mut self) {
         let memory = self
             .setting(crate::memory::SETTING)
-            .and_then(|v| statement::parse_bytes(&v).ok())
+            .and_then(|v| crate::units::parse_bytes(&v).ok())
             .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX))
             .min(self.engine.limits.max_statement_memory);
         if memory != self.memory.limit() {
@@ -437,7 +438,7 @@ impl Session {
 
     fn default_read_only(&self) -> bool {
         self.setting("default_transaction_read_only")
-            .is_some_and(|v| settings::parse_bool(&v) == Some(true))
+            .is_some_and(|v| parse_bool(&v) == Some(true))
     }
 
     /// Propose `ops` (with a transaction's snapshot and reads) and wait for
@@ -792,7 +793,7 @@ impl Session {
             Parsed::Reset(name) => {
                 // back to the value the session started with (startup
                 // parameters), else the default
-                let mut reset = default_settings(&self.engine.limits);
+                let mut reset = default_settings(self.engine.limits.max_statement_memory);
                 reset.extend(self.startup_settings.clone());
                 let mut vars = self.vars.write();
                 match name {

@@ -20,6 +20,7 @@ use crate::definition::{ColumnDef, StreamDef, StreamOptions, TableDef, OFFSET_CO
 use crate::error::{sqlstate, Error, Result};
 use crate::table::check_name;
 use crate::types::ColumnType;
+use crate::units;
 
 pub use datafusion::sql::sqlparser;
 
@@ -925,11 +926,11 @@ fn stream_options(opts: &CreateTableOptions) -> Result<StreamOptions> {
         };
         let text = expr_setting_value(value);
         match key.value.to_lowercase().as_str() {
-            "retention" => o.retention_ms = Some(parse_duration_ms(&text)?),
-            "retention_bytes" => o.retention_bytes = Some(parse_bytes(&text)?),
+            "retention" => o.retention_ms = Some(units::parse_duration_ms(&text)?),
+            "retention_bytes" => o.retention_bytes = Some(units::parse_bytes(&text)?),
             "dedup_key" => o.dedup_key = Some(text),
-            "dedup_window" => o.dedup_window_ms = Some(parse_duration_ms(&text)?),
-            "segment_bytes" => o.segment_bytes = Some(parse_bytes(&text)?.max(4096)),
+            "dedup_window" => o.dedup_window_ms = Some(units::parse_duration_ms(&text)?),
+            "segment_bytes" => o.segment_bytes = Some(units::parse_bytes(&text)?.max(4096)),
             other => {
                 return Err(Error::new(
                     sqlstate::INVALID_PARAMETER_VALUE,
@@ -939,65 +940,6 @@ fn stream_options(opts: &CreateTableOptions) -> Result<StreamOptions> {
         }
     }
     Ok(o)
-}
-
-/// `'7 days'`, `'2 minutes'`, `'500ms'`, `'10s'` → milliseconds.
-pub fn parse_duration_ms(s: &str) -> Result<u64> {
-    let t = s.trim().to_lowercase();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| {
-        Error::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
-            format!("invalid duration \"{s}\""),
-        )
-    })?;
-    let mult = match unit.trim() {
-        "" | "ms" | "millisecond" | "milliseconds" => 1.0,
-        "s" | "sec" | "secs" | "second" | "seconds" => 1e3,
-        "min" | "mins" | "minute" | "minutes" => 60e3,
-        "h" | "hour" | "hours" => 3600e3,
-        "d" | "day" | "days" => 86400e3,
-        "w" | "week" | "weeks" => 7.0 * 86400e3,
-        _ => {
-            return Err(Error::new(
-                sqlstate::INVALID_PARAMETER_VALUE,
-                format!("invalid duration \"{s}\""),
-            ))
-        }
-    };
-    Ok((n * mult) as u64)
-}
-
-/// `'10 GB'`, `'64MB'`, `'4096'` → bytes.
-pub fn parse_bytes(s: &str) -> Result<u64> {
-    let t = s.trim().to_lowercase();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| {
-        Error::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
-            format!("invalid size \"{s}\""),
-        )
-    })?;
-    let mult = match unit.trim() {
-        "" | "b" | "bytes" => 1.0,
-        "kb" | "kib" | "k" => 1024.0,
-        "mb" | "mib" | "m" => 1024.0 * 1024.0,
-        "gb" | "gib" | "g" => 1024.0 * 1024.0 * 1024.0,
-        "tb" | "tib" | "t" => 1024.0f64.powi(4),
-        _ => {
-            return Err(Error::new(
-                sqlstate::INVALID_PARAMETER_VALUE,
-                format!("invalid size \"{s}\""),
-            ))
-        }
-    };
-    Ok((n * mult) as u64)
 }
 
 /// Parameter types a statement states with casts (`$1::int`), by number.

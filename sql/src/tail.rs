@@ -32,6 +32,7 @@ use tokio::sync::watch;
 use crate::catalog::{Catalog, Current, Stream};
 use crate::definition::OFFSET_COLUMN;
 use crate::error::{sqlstate, Error, Result};
+use crate::interrupt::{cancelled_error, CancelWatch};
 use crate::statement::{self, sqlparser};
 
 /// Offsets covered by one planned chunk.
@@ -232,43 +233,6 @@ fn literal_i128(e: &Expr, params: &[ScalarValue]) -> Option<i128> {
         Expr::Cast { expr, .. } => literal_i128(expr, params),
         _ => None,
     }
-}
-
-/// Signals a running statement that the client asked to cancel it.
-#[derive(Debug, Clone)]
-pub struct CancelWatch {
-    rx: watch::Receiver<u64>,
-    seen: u64,
-}
-
-impl CancelWatch {
-    pub fn new(rx: watch::Receiver<u64>) -> CancelWatch {
-        let seen = *rx.borrow();
-        CancelWatch { rx, seen }
-    }
-
-    pub fn cancelled(&self) -> bool {
-        *self.rx.borrow() != self.seen
-    }
-
-    /// Resolves when a cancel arrives (never, if the sender is gone).
-    pub async fn wait(&mut self) {
-        loop {
-            if self.cancelled() {
-                return;
-            }
-            if self.rx.changed().await.is_err() {
-                futures::future::pending::<()>().await;
-            }
-        }
-    }
-}
-
-pub fn cancelled_error() -> Error {
-    Error::new(
-        sqlstate::QUERY_CANCELED,
-        "canceling statement due to user request",
-    )
 }
 
 /// A running tail over one stream.
