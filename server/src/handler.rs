@@ -58,6 +58,7 @@ use tokio_util::codec::Framed;
 
 use crate::copy_out::CopyOut;
 use crate::encode::{field_infos, pg_type, OutputContext, RowEncoder};
+use crate::errors::{error_info, fatal, user_error};
 use crate::params;
 
 /// pid -> (secret key, the session's cancel signal).
@@ -121,24 +122,6 @@ impl Drop for ConnectionCount {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-pub fn user_error(e: sluice_sql::Error) -> PgWireError {
-    PgWireError::UserError(Box::new(error_info(e)))
-}
-
-fn error_info(e: sluice_sql::Error) -> ErrorInfo {
-    let mut info = ErrorInfo::new("ERROR".to_string(), e.code.to_string(), e.message);
-    info.detail = e.detail;
-    info
-}
-
-fn fatal(code: &str, message: &str) -> PgWireError {
-    PgWireError::UserError(Box::new(ErrorInfo::new(
-        "FATAL".into(),
-        code.into(),
-        message.into(),
-    )))
 }
 
 fn session_of<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Mutex<Session>>> {
