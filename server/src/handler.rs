@@ -183,7 +183,10 @@ impl Backend {
         let n = self.active.fetch_add(1, Ordering::AcqRel) + 1;
         let count = ConnectionCount(self.active.clone());
         if n > self.max_connections {
-            return Err(fatal("53300", "sorry, too many clients already"));
+            return Err(fatal(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                "sorry, too many clients already",
+            ));
         }
         let (pid, key) = self.pids.generate(client);
         client.set_pid_and_secret_key(pid, key.clone());
@@ -343,7 +346,7 @@ impl StartupHandler for Backend {
                             .cloned()
                             .unwrap_or_default();
                         Err(fatal(
-                            "28P01",
+                            sqlstate::INVALID_PASSWORD,
                             &format!("password authentication failed for user \"{user}\""),
                         ))
                     }

@@ -566,7 +566,7 @@ impl Database {
         let checkpoints_midway = cmd.ops.iter().any(|o| {
             matches!(
                 o.kind,
-                Some(op::Kind::DropStream(_)) | Some(op::Kind::Truncate(_))
+                Some(op::Kind::DropRelation(_)) | Some(op::Kind::Truncate(_))
             )
         });
         let writes_tables = cmd
@@ -614,7 +614,7 @@ impl Database {
                     }
                 }
                 Some(op::Kind::TableWrite(_)) => {}
-                Some(op::Kind::DropStream(d)) => {
+                Some(op::Kind::DropRelation(d)) => {
                     if d.name == CONSUMER_OFFSETS {
                         return Err(Error::new(
                             sqlstate::INSUFFICIENT_PRIVILEGE,
@@ -709,7 +709,7 @@ impl Database {
                     }
                 }
                 Some(op::Kind::TableWrite(_)) => OpOutcome::Written,
-                Some(op::Kind::DropStream(d)) if self.catalog.get(&d.name).is_none() => {
+                Some(op::Kind::DropRelation(d)) if self.catalog.get(&d.name).is_none() => {
                     match self.catalog.remove_table(&d.name) {
                         Some(t) => {
                             self.tables.reset_table(index, t.def.id);
@@ -719,7 +719,7 @@ impl Database {
                         None => OpOutcome::Dropped { existed: false },
                     }
                 }
-                Some(op::Kind::DropStream(d)) => match self.catalog.remove(&d.name) {
+                Some(op::Kind::DropRelation(d)) => match self.catalog.remove(&d.name) {
                     None => OpOutcome::Dropped { existed: false },
                     Some(stream) => {
                         if stream.def.options.dedup_key.is_some() {

@@ -24,7 +24,7 @@ use crate::apply::{ApplyStats, Database};
 use crate::catalog::Catalog;
 use crate::command::{Command, CommandResult, Op, OpOutcome, TableRead};
 use crate::error::{sqlstate, Error, Result};
-use crate::provider::StreamTable;
+use crate::stream_provider::StreamTable;
 use crate::table::provider::TableScan;
 use crate::table::store::TableStore;
 use crate::table::TxnTables;

@@ -58,6 +58,12 @@ pub mod sqlstate {
     pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
     pub const UNDEFINED_PARAMETER: &str = "42704";
     pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
+    pub const INVALID_TABLE_DEFINITION: &str = "42P16";
+    pub const DUPLICATE_CURSOR: &str = "42P03";
+    pub const GENERATED_ALWAYS: &str = "428C9";
+    pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
+    pub const TOO_MANY_CONNECTIONS: &str = "53300";
+    pub const INVALID_PASSWORD: &str = "28P01";
 }
 
 /// An error with the SQLSTATE the client will see.

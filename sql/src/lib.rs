@@ -2,7 +2,7 @@
 //!
 //! This crate turns SQL into reads and replicated writes: it parses and
 //! classifies statements ([`statement`]), runs queries through DataFusion
-//! over the stream segments ([`provider`]), builds appends ([`insert`],
+//! over the stream segments ([`stream_provider`]), builds appends ([`insert`],
 //! [`copy`]; rows travel as Arrow IPC bytes, [`ipc`]) and proposes them as [`command`]s through the Raft node; the
 //! state machine ([`apply`]) applies committed commands to the [`catalog`]
 //! and storage. Mutable tables and transactions over them live in
@@ -31,11 +31,11 @@ pub mod interrupt;
 pub mod ipc;
 pub mod memory;
 pub mod notify;
-pub mod provider;
 mod pushdown;
 pub mod session;
 pub mod settings;
 pub mod statement;
+pub mod stream_provider;
 pub mod system;
 pub mod table;
 pub mod tail;

@@ -1,5 +1,5 @@
 //! The filters a scan recognises, shared by the stream provider
-//! ([`crate::provider`]: `offset`/`ts` ranges skip frames) and the table
+//! ([`crate::stream_provider`]: `offset`/`ts` ranges skip frames) and the table
 //! provider ([`crate::table::provider`]: equality on the whole primary key
 //! reads one row). Recognising a filter never changes a result: both push
 //! it down as inexact, so DataFusion checks it again.

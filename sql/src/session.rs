@@ -32,7 +32,9 @@ use datafusion::sql::parser::Statement as DFStatement;
 use sqlparser::ast::{BinaryOperator, Expr, SelectItem, SetExpr, Statement, TableObject, Value};
 
 use crate::catalog::Stream;
-use crate::command::{op, Append, CreateStream, CreateTable, DropStream, Op, OpOutcome, Truncate};
+use crate::command::{
+    op, Append, CreateStream, CreateTable, DropRelation, Op, OpOutcome, Truncate,
+};
 use crate::copy;
 use crate::definition::{OFFSET_COLUMN, TS_COLUMN};
 use crate::engine::Engine;
@@ -41,11 +43,11 @@ use crate::insert;
 use crate::interrupt::{CancelWatch, Interrupt};
 use crate::memory::StatementMemory;
 use crate::notify::{self, Notification};
-use crate::provider::{with_system_columns, InsertCollector};
 use crate::settings::{
     canonical_setting, default_settings, normalize_setting, parse_bool, SessionVars, SharedVars,
 };
 use crate::statement::{self, sqlparser, CopyFormat, Parsed};
+use crate::stream_provider::{with_system_columns, InsertCollector};
 use crate::table::TxnTables;
 use crate::tail::{self, Tail};
 use crate::types::ColumnType;
@@ -54,13 +56,13 @@ use tokio::sync::{mpsc, watch};
 
 mod cursor;
 mod dml;
-mod functions;
 mod naming;
+mod udfs;
 mod variables;
 
 use cursor::{no_cursor, CursorEntry};
-use functions::{pg_notify_udf, session_udfs, NotifyState};
 use naming::{pg_column_names, with_unique_names};
+use udfs::{pg_notify_udf, session_udfs, NotifyState};
 
 /// What a statement produced, for the wire layer to send.
 pub enum Output {
@@ -564,7 +566,7 @@ impl Session {
                 self.propose(vec![op], 0, vec![]).await?;
                 Ok(Output::Tag("CREATE STREAM".into()))
             }
-            Parsed::DropStream {
+            Parsed::DropRelation {
                 names,
                 if_exists,
                 stream,
@@ -572,7 +574,7 @@ impl Session {
                 let ops = names
                     .iter()
                     .map(|n| Op {
-                        kind: Some(op::Kind::DropStream(DropStream {
+                        kind: Some(op::Kind::DropRelation(DropRelation {
                             name: n.clone(),
                             if_exists: *if_exists,
                         })),
@@ -700,7 +702,7 @@ impl Session {
                 }
                 if self.cursors.contains_key(name) {
                     return Err(Error::new(
-                        "42P03",
+                        sqlstate::DUPLICATE_CURSOR,
                         format!("cursor \"{name}\" already exists"),
                     ));
                 }
@@ -1383,8 +1385,8 @@ fn write_verb(p: &Parsed) -> Option<&'static str> {
         Parsed::CopyFrom(_) => "COPY FROM",
         Parsed::CreateStream { .. } => "CREATE STREAM",
         Parsed::CreateTable { .. } => "CREATE TABLE",
-        Parsed::DropStream { stream: true, .. } => "DROP STREAM",
-        Parsed::DropStream { .. } => "DROP TABLE",
+        Parsed::DropRelation { stream: true, .. } => "DROP STREAM",
+        Parsed::DropRelation { .. } => "DROP TABLE",
         Parsed::AlterCluster(_) => "ALTER CLUSTER",
         _ => return None,
     })
@@ -1472,7 +1474,7 @@ fn target_columns(stream: &Stream, names: &[String]) -> Result<Vec<usize>> {
     column_positions(&stream.def.columns, stream.name(), names, |n| {
         if n == OFFSET_COLUMN || n == TS_COLUMN {
             return Err(Error::new(
-                "428C9",
+                sqlstate::GENERATED_ALWAYS,
                 format!("cannot insert a non-DEFAULT value into column \"{n}\""),
             )
             .with_detail(format!(

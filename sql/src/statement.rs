@@ -41,7 +41,7 @@ pub enum Parsed {
         if_not_exists: bool,
     },
     /// `DROP STREAM` / `DROP TABLE` (either drops a stream or a table).
-    DropStream {
+    DropRelation {
         names: Vec<String>,
         if_exists: bool,
         /// Written as DROP STREAM (the command tag says which).
@@ -449,7 +449,7 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
             if_exists,
             names,
             ..
-        } => Parsed::DropStream {
+        } => Parsed::DropRelation {
             names: names.iter().map(object_name).collect(),
             if_exists,
             stream: is_stream,
@@ -553,7 +553,7 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
                 F::All | F::ForwardAll => None,
                 other => {
                     return Ok(Parsed::Refused(Error::new(
-                        "55000",
+                        sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
                         format!("cursor can only scan forward (FETCH {other} is not supported)"),
                     )))
                 }
@@ -632,7 +632,7 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
     let mut primary_key: Vec<String> = Vec::new();
     let pk_twice = || {
         Error::new(
-            "42P16",
+            sqlstate::INVALID_TABLE_DEFINITION,
             format!("multiple primary keys for table \"{name}\" are not allowed"),
         )
     };

@@ -305,7 +305,7 @@ impl Tail {
     fn read_direct(&self, columns: &[usize], from: u64, to: u64) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         for meta in self.stream.log.batches(from, to) {
-            let frame = crate::provider::read_frame(&self.stream, &meta, from, to)?;
+            let frame = crate::stream_provider::read_frame(&self.stream, &meta, from, to)?;
             if frame.num_rows() > 0 {
                 let picked = columns.iter().map(|&i| frame.column(i).clone()).collect();
                 out.push(RecordBatch::try_new(self.schema.clone(), picked)?);

@@ -17,9 +17,9 @@
 //! returns them, in that order.
 
 pub mod client_sql;
-mod functions;
 mod information_schema;
 mod pg_catalog;
+mod pg_functions;
 mod rewrite;
 
 use std::sync::{Arc, Weak};
@@ -74,7 +74,7 @@ impl SystemCatalog {
         let static_tables = PgCatalogStaticTables::try_new()
             .map_err(|e| crate::Error::internal(format!("loading pg_catalog tables: {e}")))?;
         Ok(SystemCatalog {
-            type_oids: Arc::new(functions::type_oids(&static_tables)),
+            type_oids: Arc::new(pg_functions::type_oids(&static_tables)),
             static_tables: Arc::new(static_tables),
         })
     }
@@ -101,7 +101,7 @@ impl SystemCatalog {
             let _ = catalog.register_schema("pg_catalog", pg);
             let _ = catalog.register_schema("information_schema", info);
         }
-        functions::register(ctx, &self.static_tables, &self.type_oids, engine, vars);
+        pg_functions::register(ctx, &self.static_tables, &self.type_oids, engine, vars);
     }
 }
 
