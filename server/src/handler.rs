@@ -124,6 +124,30 @@ impl Drop for ConnectionCount {
     }
 }
 
+/// A client connection as the statement functions drive it: pgwire's client
+/// state and portal store, a sink of backend messages. (Bounds on other types —
+/// `PgWireError: From<C::Error>` — are not implied by a trait, so each function
+/// still states that one.)
+pub trait Client:
+    ClientInfo
+    + ClientPortalStore<PortalStore: PortalStore>
+    + Sink<PgWireBackendMessage, Error: Debug>
+    + Unpin
+    + Send
+    + Sync
+{
+}
+
+impl<C> Client for C where
+    C: ClientInfo
+        + ClientPortalStore<PortalStore: PortalStore>
+        + Sink<PgWireBackendMessage, Error: Debug>
+        + Unpin
+        + Send
+        + Sync
+{
+}
+
 fn session_of<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Mutex<Session>>> {
     client
         .session_extensions()
@@ -742,9 +766,7 @@ impl Backend {
         raw: Option<RawAccess<C>>,
     ) -> PgWireResult<()>
     where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore,
-        C::Error: Debug,
+        C: Client,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         use pgwire::api::query::send_ready_for_query;
@@ -828,9 +850,7 @@ impl Backend {
         copy_in: &mut bool,
     ) -> PgWireResult<()>
     where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore,
-        C::Error: Debug,
+        C: Client,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         match out {
@@ -1043,9 +1063,7 @@ impl SimpleQueryHandler for Backend {
         query: pgwire::messages::simplequery::Query,
     ) -> PgWireResult<()>
     where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore,
-        C::Error: Debug,
+        C: Client,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.simple_query(client, query, None).await
@@ -1053,9 +1071,7 @@ impl SimpleQueryHandler for Backend {
 
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore,
-        C::Error: Debug,
+        C: Client,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = session_of(client)?;
