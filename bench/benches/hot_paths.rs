@@ -20,9 +20,10 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use pgwire::api::results::FieldFormat;
 use sluice_server::encode::{field_infos, OutputContext, RowEncoder};
 use sluice_sql::apply::{ApplyStats, Database};
-use sluice_sql::catalog::{Catalog, ColumnDef, StreamDef, StreamOptions};
+use sluice_sql::catalog::Catalog;
 use sluice_sql::command::{op, Append, Command, CreateStream, Op};
-use sluice_sql::insert::{decode_ipc, encode_ipc};
+use sluice_sql::definition::{ColumnDef, StreamDef, StreamOptions};
+use sluice_sql::ipc::{decode_ipc, encode_ipc};
 use sluice_sql::types::ColumnType;
 use sluice_storage::stream_log::{StreamLog, StreamLogOptions};
 

@@ -20,6 +20,7 @@ use bytes::BytesMut;
 use pgwire::error::ErrorInfo;
 use pgwire::messages::response::ErrorResponse;
 use pgwire::messages::Message;
+use sluice_sql::error::sqlstate;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -31,8 +32,6 @@ pub const REFUSALS: usize = 64;
 /// How long such a socket may take to send its startup packet.
 pub const REFUSAL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// SQLSTATE too_many_connections.
-pub const TOO_MANY_CONNECTIONS: &str = "53300";
 const TOO_MANY_MESSAGE: &str = "sorry, too many clients already";
 
 pub struct Admission {
@@ -156,7 +155,7 @@ impl Drop for Ticket {
 pub fn too_many() -> ErrorInfo {
     ErrorInfo::new(
         "FATAL".into(),
-        TOO_MANY_CONNECTIONS.into(),
+        sqlstate::TOO_MANY_CONNECTIONS.into(),
         TOO_MANY_MESSAGE.into(),
     )
 }

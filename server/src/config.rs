@@ -106,7 +106,7 @@ fn memory_limits(
         let Some(text) = text else {
             return Ok(default);
         };
-        let bytes = sluice_sql::statement::parse_bytes(&text)
+        let bytes = sluice_sql::units::parse_bytes(&text)
             .ok()
             .and_then(|b| usize::try_from(b).ok())
             .ok_or_else(|| format!("--{flag} {text}: expected a size such as 512MB or 4GB"))?;

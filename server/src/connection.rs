@@ -27,6 +27,7 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{
     negotiate_tls, process_error, process_message, MaybeTls, PgWireMessageServerCodec,
 };
+use sluice_sql::error::sqlstate;
 use sluice_sql::notify::Notification;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -39,9 +40,6 @@ use crate::wire::{Reader, Refused};
 
 /// A client's socket with pgwire's codec.
 type Socket = Framed<MaybeTls, PgWireMessageServerCodec<Arc<Prepared>>>;
-
-/// SQLSTATE invalid_password.
-const INVALID_PASSWORD: &str = "28P01";
 
 /// What a message may hold beyond `max_statement_bytes` (Bind's and Parse's other fields).
 const MESSAGE_HEADROOM: usize = 1 << 20;
@@ -164,7 +162,7 @@ pub async fn serve(
         };
         if password {
             match &result {
-                Err(PgWireError::UserError(info)) if info.code == INVALID_PASSWORD => {
+                Err(PgWireError::UserError(info)) if info.code == sqlstate::INVALID_PASSWORD => {
                     let delay = ticket.auth_delay().failed(peer.ip());
                     let until = deadline.min(tokio::time::Instant::now() + delay);
                     tokio::time::sleep_until(until).await;

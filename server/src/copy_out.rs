@@ -319,7 +319,7 @@ impl CopyOut {
     ) -> CopyOut {
         let encoder = CopyEncoder::new(schema, format, ctx);
         let code = encoder.format_code();
-        let frames = copy_frames(encoder, batches).map(|f| f.map_err(crate::handler::user_error));
+        let frames = copy_frames(encoder, batches).map(|f| f.map_err(crate::errors::user_error));
         let frames = match runtime {
             Some(rt) if !live => sluice_sql::executor::spawn_stream(
                 rt,

@@ -58,6 +58,7 @@ use tokio_util::codec::Framed;
 
 use crate::copy_out::CopyOut;
 use crate::encode::{field_infos, pg_type, OutputContext, RowEncoder};
+use crate::errors::{error_info, fatal, user_error};
 use crate::params;
 
 /// pid -> (secret key, the session's cancel signal).
@@ -123,22 +124,28 @@ impl Drop for ConnectionCount {
     }
 }
 
-pub fn user_error(e: sluice_sql::Error) -> PgWireError {
-    PgWireError::UserError(Box::new(error_info(e)))
+/// A client connection as the statement functions drive it: pgwire's client
+/// state and portal store, a sink of backend messages. (Bounds on other types —
+/// `PgWireError: From<C::Error>` — are not implied by a trait, so each function
+/// still states that one.)
+pub trait Client:
+    ClientInfo
+    + ClientPortalStore<PortalStore: PortalStore>
+    + Sink<PgWireBackendMessage, Error: Debug>
+    + Unpin
+    + Send
+    + Sync
+{
 }
 
-fn error_info(e: sluice_sql::Error) -> ErrorInfo {
-    let mut info = ErrorInfo::new("ERROR".to_string(), e.code.to_string(), e.message);
-    info.detail = e.detail;
-    info
-}
-
-fn fatal(code: &str, message: &str) -> PgWireError {
-    PgWireError::UserError(Box::new(ErrorInfo::new(
-        "FATAL".into(),
-        code.into(),
-        message.into(),
-    )))
+impl<C> Client for C where
+    C: ClientInfo
+        + ClientPortalStore<PortalStore: PortalStore>
+        + Sink<PgWireBackendMessage, Error: Debug>
+        + Unpin
+        + Send
+        + Sync
+{
 }
 
 fn session_of<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Mutex<Session>>> {
@@ -200,7 +207,10 @@ impl Backend {
         let n = self.active.fetch_add(1, Ordering::AcqRel) + 1;
         let count = ConnectionCount(self.active.clone());
         if n > self.max_connections {
-            return Err(fatal("53300", "sorry, too many clients already"));
+            return Err(fatal(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                "sorry, too many clients already",
+            ));
         }
         let (pid, key) = self.pids.generate(client);
         client.set_pid_and_secret_key(pid, key.clone());
@@ -360,7 +370,7 @@ impl StartupHandler for Backend {
                             .cloned()
                             .unwrap_or_default();
                         Err(fatal(
-                            "28P01",
+                            sqlstate::INVALID_PASSWORD,
                             &format!("password authentication failed for user \"{user}\""),
                         ))
                     }
@@ -756,9 +766,7 @@ impl Backend {
         raw: Option<RawAccess<C>>,
     ) -> PgWireResult<()>
     where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore,
-        C::Error: Debug,
+        C: Client,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         use pgwire::api::query::send_ready_for_query;
@@ -842,9 +850,7 @@ impl Backend {
         copy_in: &mut bool,
     ) -> PgWireResult<()>
     where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore,
-        C::Error: Debug,
+        C: Client,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         match out {
@@ -1057,9 +1063,7 @@ impl SimpleQueryHandler for Backend {
         query: pgwire::messages::simplequery::Query,
     ) -> PgWireResult<()>
     where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore,
-        C::Error: Debug,
+        C: Client,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.simple_query(client, query, None).await
@@ -1067,9 +1071,7 @@ impl SimpleQueryHandler for Backend {
 
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore,
-        C::Error: Debug,
+        C: Client,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = session_of(client)?;

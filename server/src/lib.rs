@@ -14,6 +14,7 @@ pub mod config;
 pub mod connection;
 pub mod copy_out;
 pub mod encode;
+pub mod errors;
 pub mod handler;
 pub mod panics;
 pub mod params;

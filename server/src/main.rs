@@ -132,6 +132,7 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
         .await
         .map_err(|_| "recovery did not finish within 10 minutes".to_string())?
         .map_err(|e| format!("recovery failed: {e}"))?;
+    sluice_sql::retention::start(&engine);
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;

@@ -22,6 +22,7 @@ use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::PgWireFrontendMessage;
 use pgwire::tokio::server::PgWireMessageServerCodec;
+use sluice_sql::error::sqlstate;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::codec::{Decoder, Framed};
 
@@ -101,7 +102,7 @@ fn complete(buf: &[u8], typed: bool, max: usize) -> Result<Option<usize>, Refuse
     if total > max {
         return Err(Refused(Box::new(ErrorInfo::new(
             "FATAL".into(),
-            "54000".into(),
+            sqlstate::PROGRAM_LIMIT_EXCEEDED.into(),
             format!(
                 "message of {total} bytes exceeds the maximum of {max} bytes \
                  (max_statement_bytes and its headroom)"
@@ -254,7 +255,7 @@ impl Fields<'_> {
             let at = e.valid_up_to();
             return Err(Refused(Box::new(ErrorInfo::new(
                 "FATAL".into(),
-                "22021".into(),
+                sqlstate::CHARACTER_NOT_IN_REPERTOIRE.into(),
                 format!(
                     "invalid byte sequence for encoding \"UTF8\": 0x{:02x} (in the {what})",
                     self.0[at]
@@ -269,7 +270,7 @@ impl Fields<'_> {
 fn protocol(message: impl Into<String>) -> Refused {
     Refused(Box::new(ErrorInfo::new(
         "FATAL".into(),
-        "08P01".into(),
+        sqlstate::PROTOCOL_VIOLATION.into(),
         message.into(),
     )))
 }

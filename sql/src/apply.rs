@@ -33,11 +33,12 @@ use serde::{Deserialize, Serialize};
 use sluice_consensus::StateMachine;
 use sluice_storage::{StreamCheckpoint, StreamLog, StreamLogOptions};
 
-use crate::catalog::{Catalog, Stream, StreamDef};
+use crate::catalog::{Catalog, Stream};
 use crate::command::{op, Command, CommandResult, OpOutcome};
+use crate::definition::{StreamDef, TableDef, CONSUMER_OFFSETS};
 use crate::error::{sqlstate, Error};
 use crate::table::store::{TableStore, TableVersions, Write};
-use crate::table::{write_kind, Table, TableDef, CONSUMER_OFFSETS};
+use crate::table::{write_kind, Table};
 
 /// Where checkpoints were kept before tables (read once, then removed).
 const LEGACY_CHECKPOINT_FILE: &str = "checkpoint.json";
@@ -404,7 +405,7 @@ impl Database {
                 .unwrap_or(DEFAULT_DEDUP_WINDOW_MS) as i64
                 * 1000;
             let snap = snap.get_or_insert_with(|| self.tables.snapshot());
-            let batch = crate::insert::decode_ipc(&a.ipc)?;
+            let batch = crate::ipc::decode_ipc(&a.ipc)?;
             let ts = stream.next_ts(cmd.ts_micros);
             let id = dedup_table_id(stream.def.id);
             let first = *next
@@ -460,7 +461,7 @@ impl Database {
                 let mask = arrow::array::BooleanArray::from(keep);
                 let filtered = arrow::compute::filter_record_batch(&batch, &mask)
                     .map_err(|e| Error::internal(e.to_string()))?;
-                Some(crate::insert::encode_ipc(&filtered)?)
+                Some(crate::ipc::encode_ipc(&filtered)?)
             };
             plans.insert(
                 i,
@@ -565,7 +566,7 @@ impl Database {
         let checkpoints_midway = cmd.ops.iter().any(|o| {
             matches!(
                 o.kind,
-                Some(op::Kind::DropStream(_)) | Some(op::Kind::Truncate(_))
+                Some(op::Kind::DropRelation(_)) | Some(op::Kind::Truncate(_))
             )
         });
         let writes_tables = cmd
@@ -613,7 +614,7 @@ impl Database {
                     }
                 }
                 Some(op::Kind::TableWrite(_)) => {}
-                Some(op::Kind::DropStream(d)) => {
+                Some(op::Kind::DropRelation(d)) => {
                     if d.name == CONSUMER_OFFSETS {
                         return Err(Error::new(
                             sqlstate::INSUFFICIENT_PRIVILEGE,
@@ -708,7 +709,7 @@ impl Database {
                     }
                 }
                 Some(op::Kind::TableWrite(_)) => OpOutcome::Written,
-                Some(op::Kind::DropStream(d)) if self.catalog.get(&d.name).is_none() => {
+                Some(op::Kind::DropRelation(d)) if self.catalog.get(&d.name).is_none() => {
                     match self.catalog.remove_table(&d.name) {
                         Some(t) => {
                             self.tables.reset_table(index, t.def.id);
@@ -718,7 +719,7 @@ impl Database {
                         None => OpOutcome::Dropped { existed: false },
                     }
                 }
-                Some(op::Kind::DropStream(d)) => match self.catalog.remove(&d.name) {
+                Some(op::Kind::DropRelation(d)) => match self.catalog.remove(&d.name) {
                     None => OpOutcome::Dropped { existed: false },
                     Some(stream) => {
                         if stream.def.options.dedup_key.is_some() {
@@ -981,12 +982,12 @@ mod tests {
             oid: 0,
             name: name.into(),
             columns: vec![
-                crate::catalog::ColumnDef {
+                crate::definition::ColumnDef {
                     name: "k".into(),
                     ty: crate::types::ColumnType::Int8,
                     not_null: true,
                 },
-                crate::catalog::ColumnDef {
+                crate::definition::ColumnDef {
                     name: "v".into(),
                     ty: crate::types::ColumnType::Int8,
                     not_null: false,

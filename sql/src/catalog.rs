@@ -1,5 +1,5 @@
-//! The catalog: which streams exist, their columns and options, and the
-//! open [`StreamLog`] behind each.
+//! The catalog: which streams and tables exist (their definitions are in
+//! [`crate::definition`]), and the open [`StreamLog`] behind each stream.
 //!
 //! Only the state machine ([`crate::apply`]) mutates the catalog, and only
 //! while applying a committed command, so every replica holds the same
@@ -11,88 +11,14 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::SchemaRef;
 use parking_lot::RwLock;
-use serde::{Deserialize, Serialize};
 use sluice_storage::StreamLog;
 use tokio::sync::watch;
 
+use crate::definition::StreamDef;
 use crate::error::Result;
 use crate::table::Table;
-use crate::types::ColumnType;
-
-/// Name of the system offset column.
-pub const OFFSET_COLUMN: &str = "offset";
-/// Name of the system commit-time column.
-pub const TS_COLUMN: &str = "ts";
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ColumnDef {
-    pub name: String,
-    pub ty: ColumnType,
-    pub not_null: bool,
-}
-
-/// `WITH (...)` options of a stream.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StreamOptions {
-    pub retention_ms: Option<u64>,
-    pub retention_bytes: Option<u64>,
-    pub dedup_key: Option<String>,
-    pub dedup_window_ms: Option<u64>,
-    pub segment_bytes: Option<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StreamDef {
-    /// Raft index of the command that created the stream: unique forever,
-    /// so a dropped and re-created stream is never confused with the old one.
-    pub id: u64,
-    /// PostgreSQL OID of the relation (pg_class.oid), assigned from the
-    /// state machine's counter when the stream is created.
-    #[serde(default)]
-    pub oid: u32,
-    pub name: String,
-    pub columns: Vec<ColumnDef>,
-    pub options: StreamOptions,
-}
-
-impl StreamDef {
-    /// Schema of the stored batches: the user columns only.
-    pub fn user_schema(&self) -> SchemaRef {
-        Arc::new(Schema::new(
-            self.columns
-                .iter()
-                .map(|c| c.ty.field(&c.name, !c.not_null))
-                .collect::<Vec<_>>(),
-        ))
-    }
-
-    /// Schema seen by SQL: `offset`, `ts`, then the user columns. The system
-    /// columns are nullable in Arrow only so that DataFusion can plan an
-    /// INSERT that leaves them out; they are never null when read.
-    pub fn full_schema(&self) -> SchemaRef {
-        let mut fields = vec![
-            ColumnType::Int8.field(OFFSET_COLUMN, true),
-            ColumnType::Timestamptz.field(TS_COLUMN, true),
-        ];
-        fields.extend(
-            self.columns
-                .iter()
-                .map(|c| c.ty.field(&c.name, !c.not_null)),
-        );
-        Arc::new(Schema::new(fields))
-    }
-
-    pub fn column(&self, name: &str) -> Option<&ColumnDef> {
-        self.columns.iter().find(|c| c.name == name)
-    }
-}
-
-/// Arrow type of the `ts` column.
-pub fn ts_type() -> DataType {
-    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
-}
 
 /// A live stream: definition, log and change notification.
 #[derive(Debug)]
@@ -128,12 +54,12 @@ impl Stream {
     }
 
     /// The IPC schema message that opens an append's batch of `user_schema`
-    /// (see [`crate::insert::encode_ipc_with`]).
+    /// (see [`crate::ipc::encode_ipc_with`]).
     pub fn ipc_schema(&self) -> Result<&[u8]> {
         if let Some(m) = self.ipc_schema.get() {
             return Ok(m);
         }
-        let m = crate::insert::ipc_schema_message(&self.user_schema)?;
+        let m = crate::ipc::ipc_schema_message(&self.user_schema)?;
         Ok(self.ipc_schema.get_or_init(|| m))
     }
 
@@ -293,9 +219,4 @@ impl Catalog {
         self.version.fetch_add(1, Ordering::AcqRel);
         removed
     }
-}
-
-/// Field list helper used by providers: the offset column as a non-null field.
-pub fn offset_field() -> Field {
-    ColumnType::Int8.field(OFFSET_COLUMN, true)
 }

@@ -49,7 +49,7 @@ pub mod op {
         #[prost(message, tag = "1")]
         CreateStream(super::CreateStream),
         #[prost(message, tag = "2")]
-        DropStream(super::DropStream),
+        DropRelation(super::DropRelation),
         #[prost(message, tag = "3")]
         Append(super::Append),
         #[prost(message, tag = "4")]
@@ -102,7 +102,7 @@ pub struct TableWrite {
 
 /// Drops a stream or a table of that name.
 #[derive(Clone, PartialEq, Message)]
-pub struct DropStream {
+pub struct DropRelation {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(bool, tag = "2")]

@@ -24,7 +24,7 @@ use crate::apply::{ApplyStats, Database};
 use crate::catalog::Catalog;
 use crate::command::{Command, CommandResult, Op, OpOutcome, TableRead};
 use crate::error::{sqlstate, Error, Result};
-use crate::provider::StreamTable;
+use crate::stream_provider::StreamTable;
 use crate::table::provider::TableScan;
 use crate::table::store::TableStore;
 use crate::table::TxnTables;
@@ -143,7 +143,7 @@ impl Engine {
         start_write_back(Arc::downgrade(&catalog));
         let node =
             sluice_consensus::start(config.node, db).map_err(|e| Error::io(e.to_string()))?;
-        let engine = Arc::new(Engine {
+        Ok(Arc::new(Engine {
             catalog,
             hub: Arc::new(crate::notify::Hub::default()),
             sessions: std::sync::atomic::AtomicU64::new(1),
@@ -159,9 +159,7 @@ impl Engine {
             query_memory,
             clustered,
             spill,
-        });
-        crate::retention::start(&engine);
-        Ok(engine)
+        }))
     }
 
     /// The runtime queries run on (see [`crate::executor`]), if the server gave one.
@@ -390,7 +388,7 @@ impl Engine {
     /// to the engine's spill space.
     pub fn new_context(
         self: &Arc<Self>,
-        vars: crate::system::SharedVars,
+        vars: crate::settings::SharedVars,
         txn: Arc<TxnTables>,
         memory: Arc<crate::memory::StatementMemory>,
     ) -> Result<SessionContext> {
@@ -418,7 +416,8 @@ impl Engine {
         // registering into a fresh in-memory catalog cannot fail
         let _ = catalog.register_schema(SCHEMA_NAME, schema);
         ctx.register_catalog(CATALOG_NAME, Arc::new(catalog));
-        self.system.install(&ctx, self, vars);
+        let source: std::sync::Weak<Engine> = Arc::downgrade(self);
+        self.system.install(&ctx, CATALOG_NAME, source, vars);
         Ok(ctx)
     }
 }
@@ -556,13 +555,18 @@ impl SchemaProvider for LiveSchema {
     }
 }
 
-/// Sluice's system views in `public`, with their schemas.
-pub(crate) fn system_views() -> Vec<(&'static str, SchemaRef)> {
-    vec![
-        (STATS_VIEW, stats_schema()),
-        (STREAMS_VIEW, streams_schema()),
-        (CLUSTER_VIEW, cluster_schema()),
-    ]
+impl crate::system::CatalogSource for Engine {
+    fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    fn system_views(&self) -> Vec<(&'static str, SchemaRef)> {
+        vec![
+            (STATS_VIEW, stats_schema()),
+            (STREAMS_VIEW, streams_schema()),
+            (CLUSTER_VIEW, cluster_schema()),
+        ]
+    }
 }
 
 fn cluster_schema() -> SchemaRef {
@@ -648,7 +652,7 @@ fn streams_schema() -> SchemaRef {
         Field::new("segments", DataType::Int64, false),
         Field::new("retention", DataType::Utf8, true),
         Field::new("retention_bytes", DataType::Int64, true),
-        Field::new("oldest_ts", crate::catalog::ts_type(), true),
+        Field::new("oldest_ts", crate::definition::ts_type(), true),
     ]))
 }
 

@@ -18,8 +18,6 @@ pub mod sqlstate {
     pub const UNDEFINED_FUNCTION: &str = "42883";
     pub const DATATYPE_MISMATCH: &str = "42804";
     pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
-    /// Bytes that are not UTF-8 (PostgreSQL's "invalid byte sequence for encoding").
-    pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
     pub const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
     pub const STRING_DATA_RIGHT_TRUNCATION: &str = "22001";
     pub const DATETIME_FIELD_OVERFLOW: &str = "22008";
@@ -60,6 +58,12 @@ pub mod sqlstate {
     pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
     pub const UNDEFINED_PARAMETER: &str = "42704";
     pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
+    pub const INVALID_TABLE_DEFINITION: &str = "42P16";
+    pub const DUPLICATE_CURSOR: &str = "42P03";
+    pub const GENERATED_ALWAYS: &str = "428C9";
+    pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
+    pub const TOO_MANY_CONNECTIONS: &str = "53300";
+    pub const INVALID_PASSWORD: &str = "28P01";
 }
 
 /// An error with the SQLSTATE the client will see.
@@ -192,10 +196,14 @@ fn ours(e: &datafusion::error::DataFusionError) -> Option<Error> {
     }
 }
 
+/// How a statement memory pool's refusals start ([`crate::memory`] and
+/// [`crate::value_size`] write them; [`resources_exhausted`] recognizes them by it).
+pub const OUT_OF_MEMORY_MESSAGE: &str = "out of memory";
+
 /// A memory pool's refusal (`53200`, see `crate::memory`) or the spill space's (`53100`).
 fn resources_exhausted(msg: &str) -> Error {
     let msg = msg.trim_start_matches("Resources exhausted: ");
-    if msg.starts_with(crate::memory::OUT_OF_MEMORY) {
+    if msg.starts_with(OUT_OF_MEMORY_MESSAGE) {
         Error::new(sqlstate::OUT_OF_MEMORY, msg)
     } else if msg.contains("disk space") {
         Error::new(sqlstate::DISK_FULL, msg)

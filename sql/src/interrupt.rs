@@ -20,6 +20,9 @@
 //! a cancel that arrives after the statement started stops it; a statement whose write has
 //! been proposed is not interrupted ([`Session::execute`](crate::Session::execute) waits for
 //! the outcome, which Raft's own waits bound).
+//!
+//! [`CancelWatch`] is a session's cancel signal as one statement sees it; tails and cursors
+//! wait on it too, and a cancel is always [`cancelled_error`] (`57014`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,10 +36,10 @@ use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::{sqlstate, Error, Result};
-use crate::tail::{cancelled_error, CancelWatch};
 
 /// The name of the setting.
 pub const STATEMENT_TIMEOUT: &str = "statement_timeout";
@@ -141,7 +144,7 @@ pub fn timeout_error() -> Error {
 /// `statement_timeout` as PostgreSQL takes it: milliseconds, or a number with a unit
 /// (`'2s'`, `'500ms'`, `'1min'`); 0 turns it off.
 pub fn parse_timeout(value: &str) -> Result<Option<Duration>> {
-    let ms = crate::statement::parse_duration_ms(value).map_err(|_| {
+    let ms = crate::units::parse_duration_ms(value).map_err(|_| {
         Error::new(
             sqlstate::INVALID_PARAMETER_VALUE,
             format!("invalid value for parameter \"{STATEMENT_TIMEOUT}\": \"{value}\""),
@@ -178,11 +181,47 @@ pub fn format_timeout(timeout: Option<Duration>) -> String {
     format!("{ms}ms")
 }
 
+/// Signals a running statement that the client asked to cancel it.
+#[derive(Debug, Clone)]
+pub struct CancelWatch {
+    rx: watch::Receiver<u64>,
+    seen: u64,
+}
+
+impl CancelWatch {
+    pub fn new(rx: watch::Receiver<u64>) -> CancelWatch {
+        let seen = *rx.borrow();
+        CancelWatch { rx, seen }
+    }
+
+    pub fn cancelled(&self) -> bool {
+        *self.rx.borrow() != self.seen
+    }
+
+    /// Resolves when a cancel arrives (never, if the sender is gone).
+    pub async fn wait(&mut self) {
+        loop {
+            if self.cancelled() {
+                return;
+            }
+            if self.rx.changed().await.is_err() {
+                futures::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+pub fn cancelled_error() -> Error {
+    Error::new(
+        sqlstate::QUERY_CANCELED,
+        "canceling statement due to user request",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use arrow::datatypes::Schema;
-    use tokio::sync::watch;
 
     #[test]
     fn timeouts_parse_and_print_like_postgres() {

@@ -2,8 +2,8 @@
 //!
 //! This crate turns SQL into reads and replicated writes: it parses and
 //! classifies statements ([`statement`]), runs queries through DataFusion
-//! over the stream segments ([`provider`]), builds appends ([`insert`],
-//! [`copy`]) and proposes them as [`command`]s through the Raft node; the
+//! over the stream segments ([`stream_provider`]), builds appends ([`insert`],
+//! [`copy`]; rows travel as Arrow IPC bytes, [`ipc`]) and proposes them as [`command`]s through the Raft node; the
 //! state machine ([`apply`]) applies committed commands to the [`catalog`]
 //! and storage. Mutable tables and transactions over them live in
 //! [`table`]. [`session`] is one client's view; [`engine`] is what all
@@ -22,21 +22,26 @@ pub mod checked_fn;
 pub mod command;
 pub mod complexity;
 pub mod copy;
+pub mod definition;
 pub mod engine;
 pub mod error;
 pub mod executor;
 pub mod insert;
 pub mod interrupt;
+pub mod ipc;
 pub mod memory;
 pub mod notify;
-pub mod provider;
+mod pushdown;
 pub mod retention;
 pub mod session;
+pub mod settings;
 pub mod statement;
+pub mod stream_provider;
 pub mod system;
 pub mod table;
 pub mod tail;
 pub mod types;
+pub mod units;
 pub mod value_size;
 
 pub use engine::{Engine, EngineConfig, Limits};

@@ -31,7 +31,7 @@ use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::disk_manager::{DiskManager, DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool, MemoryReservation};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, OUT_OF_MEMORY_MESSAGE};
 
 /// The name of the setting (and the server flag) that bounds a statement's memory.
 pub const SETTING: &str = "max_statement_memory";
@@ -170,7 +170,7 @@ impl MemoryPool for StatementMemory {
         let limit = self.limit();
         let refused = |what: &str, limit: usize| {
             DataFusionError::ResourcesExhausted(format!(
-                "{OUT_OF_MEMORY}: {what} ({}); {} asked for {} more",
+                "{OUT_OF_MEMORY_MESSAGE}: {what} ({}); {} asked for {} more",
                 format_bytes(limit),
                 reservation.consumer().name(),
                 format_bytes(additional),
@@ -201,9 +201,6 @@ impl MemoryPool for StatementMemory {
         MemoryLimit::Finite(self.limit())
     }
 }
-
-/// How [`StatementMemory`]'s refusals start (the error layer recognizes them by it).
-pub const OUT_OF_MEMORY: &str = "out of memory";
 
 /// The engine's spill space: a fresh directory `<data dir>/spill` (what an earlier process
 /// left there is removed), at most `max_bytes` in use at once across all statements.

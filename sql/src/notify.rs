@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::catalog::{Catalog, Current, Stream};
-use crate::provider::read_frame;
+use crate::stream_provider::read_frame;
 
 /// Capacity of each session's notification queue.
 pub const QUEUE_CAPACITY: usize = 1024;

@@ -1,7 +1,7 @@
 //! Retention: the leader drops whole sealed segments that fall outside a stream's
 //! `retention` (by their newest `ts`) or `retention_bytes`.
 //!
-//! [`run`] wakes every [`CHECK_INTERVAL`] on every node; on the leader it asks [`cut`] where
+//! The server starts [`run`] once the engine has recovered. It wakes every [`CHECK_INTERVAL`] on every node; on the leader it asks [`cut`] where
 //! each stream with a retention option may begin and proposes the same replicated prefix
 //! truncation as `DELETE FROM s WHERE offset < n`, so every replica drops the same segments
 //! and reports the same `first_offset`. A tail or cursor whose position falls below the new
@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use sluice_storage::SegmentInfo;
 
-use crate::catalog::StreamOptions;
 use crate::command::{op, Op, Truncate};
+use crate::definition::StreamOptions;
 use crate::engine::Engine;
 
 /// How often each node looks for segments to drop.

@@ -31,34 +31,38 @@ use datafusion::scalar::ScalarValue;
 use datafusion::sql::parser::Statement as DFStatement;
 use sqlparser::ast::{BinaryOperator, Expr, SelectItem, SetExpr, Statement, TableObject, Value};
 
-use crate::catalog::{Stream, OFFSET_COLUMN, TS_COLUMN};
-use crate::command::{op, Append, CreateStream, CreateTable, DropStream, Op, OpOutcome, Truncate};
+use crate::catalog::Stream;
+use crate::command::{
+    op, Append, CreateStream, CreateTable, DropRelation, Op, OpOutcome, Truncate,
+};
 use crate::copy;
+use crate::definition::{OFFSET_COLUMN, TS_COLUMN};
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
 use crate::insert;
-use crate::interrupt::Interrupt;
+use crate::interrupt::{CancelWatch, Interrupt};
 use crate::memory::StatementMemory;
 use crate::notify::{self, Notification};
-use crate::provider::{with_system_columns, InsertCollector};
+use crate::settings::{
+    canonical_setting, default_settings, normalize_setting, parse_bool, SessionVars, SharedVars,
+};
 use crate::statement::{self, sqlparser, CopyFormat, Parsed};
+use crate::stream_provider::{with_system_columns, InsertCollector};
 use crate::table::TxnTables;
-use crate::tail::{self, CancelWatch, Tail};
+use crate::tail::{self, Tail};
 use crate::types::ColumnType;
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 
 mod cursor;
 mod dml;
-mod functions;
 mod naming;
-mod settings;
+mod udfs;
+mod variables;
 
 use cursor::{no_cursor, CursorEntry};
-use functions::{pg_notify_udf, session_udfs, NotifyState};
 use naming::{pg_column_names, with_unique_names};
-use settings::default_settings;
-pub use settings::{canonical_setting, normalize_setting, validate_setting};
+use udfs::{pg_notify_udf, session_udfs, NotifyState};
 
 /// What a statement produced, for the wire layer to send.
 pub enum Output {
@@ -174,7 +178,7 @@ pub struct Session {
     ctx: SessionContext,
     txn: Txn,
     /// Settings, user and database, shared with catalog functions.
-    vars: crate::system::SharedVars,
+    vars: SharedVars,
     /// Settings given at startup, which RESET restores.
     startup_settings: BTreeMap<String, String>,
     id: u64,
@@ -201,10 +205,13 @@ pub struct Session {
 
 impl Session {
     pub fn new(engine: Arc<Engine>) -> Result<Session> {
-        let vars = Arc::new(parking_lot::RwLock::new(crate::system::SessionVars {
+        let vars = Arc::new(parking_lot::RwLock::new(SessionVars {
             user: "sluice".into(),
             database: "sluice".into(),
-            settings: default_settings(&engine.limits),
+            settings: default_settings(
+                engine.limits.max_statement_memory,
+                engine.limits.statement_timeout,
+            ),
         }));
         let tables = Arc::new(TxnTables::default());
         let memory = StatementMemory::new(
@@ -275,7 +282,7 @@ impl Session {
 
     fn tail_wait(&self) -> Duration {
         let text = self.setting("tail_wait").unwrap_or_else(|| "10s".into());
-        Duration::from_millis(statement::parse_duration_ms(&text).unwrap_or(10_000))
+        Duration::from_millis(crate::units::parse_duration_ms(&text).unwrap_or(10_000))
     }
 
     fn end_block(&mut self, committed: bool) {
@@ -415,7 +422,7 @@ impl Session {
     fn sync_settings(&mut self) {
         let memory = self
             .setting(crate::memory::SETTING)
-            .and_then(|v| statement::parse_bytes(&v).ok())
+            .and_then(|v| crate::units::parse_bytes(&v).ok())
             .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX))
             .min(self.engine.limits.max_statement_memory);
         if memory != self.memory.limit() {
@@ -441,7 +448,7 @@ impl Session {
 
     fn default_read_only(&self) -> bool {
         self.setting("default_transaction_read_only")
-            .is_some_and(|v| settings::parse_bool(&v) == Some(true))
+            .is_some_and(|v| parse_bool(&v) == Some(true))
     }
 
     /// Propose `ops` (with a transaction's snapshot and reads) and wait for
@@ -567,7 +574,7 @@ impl Session {
                 self.propose(vec![op], 0, vec![]).await?;
                 Ok(Output::Tag("CREATE STREAM".into()))
             }
-            Parsed::DropStream {
+            Parsed::DropRelation {
                 names,
                 if_exists,
                 stream,
@@ -575,7 +582,7 @@ impl Session {
                 let ops = names
                     .iter()
                     .map(|n| Op {
-                        kind: Some(op::Kind::DropStream(DropStream {
+                        kind: Some(op::Kind::DropRelation(DropRelation {
                             name: n.clone(),
                             if_exists: *if_exists,
                         })),
@@ -703,7 +710,7 @@ impl Session {
                 }
                 if self.cursors.contains_key(name) {
                     return Err(Error::new(
-                        "42P03",
+                        sqlstate::DUPLICATE_CURSOR,
                         format!("cursor \"{name}\" already exists"),
                     ));
                 }
@@ -796,7 +803,10 @@ impl Session {
             Parsed::Reset(name) => {
                 // back to the value the session started with (startup
                 // parameters), else the default
-                let mut reset = default_settings(&self.engine.limits);
+                let mut reset = default_settings(
+                    self.engine.limits.max_statement_memory,
+                    self.engine.limits.statement_timeout,
+                );
                 reset.extend(self.startup_settings.clone());
                 let mut vars = self.vars.write();
                 match name {
@@ -1132,9 +1142,9 @@ impl Session {
         batch: &RecordBatch,
     ) -> Result<Option<Appended>> {
         let ipc = if *batch.schema() == *stream.user_schema {
-            insert::encode_ipc_with(stream.ipc_schema()?, batch)?
+            crate::ipc::encode_ipc_with(stream.ipc_schema()?, batch)?
         } else {
-            insert::encode_ipc(batch)?
+            crate::ipc::encode_ipc(batch)?
         };
         let op = Op {
             kind: Some(op::Kind::Append(Append {
@@ -1386,8 +1396,8 @@ fn write_verb(p: &Parsed) -> Option<&'static str> {
         Parsed::CopyFrom(_) => "COPY FROM",
         Parsed::CreateStream { .. } => "CREATE STREAM",
         Parsed::CreateTable { .. } => "CREATE TABLE",
-        Parsed::DropStream { stream: true, .. } => "DROP STREAM",
-        Parsed::DropStream { .. } => "DROP TABLE",
+        Parsed::DropRelation { stream: true, .. } => "DROP STREAM",
+        Parsed::DropRelation { .. } => "DROP TABLE",
         Parsed::AlterCluster(_) => "ALTER CLUSTER",
         _ => return None,
     })
@@ -1475,7 +1485,7 @@ fn target_columns(stream: &Stream, names: &[String]) -> Result<Vec<usize>> {
     column_positions(&stream.def.columns, stream.name(), names, |n| {
         if n == OFFSET_COLUMN || n == TS_COLUMN {
             return Err(Error::new(
-                "428C9",
+                sqlstate::GENERATED_ALWAYS,
                 format!("cannot insert a non-DEFAULT value into column \"{n}\""),
             )
             .with_detail(format!(
@@ -1489,7 +1499,7 @@ fn target_columns(stream: &Stream, names: &[String]) -> Result<Vec<usize>> {
 /// Positions of the named columns of a relation (all of them if `names` is
 /// empty), each at most once; `check` vets each name first.
 fn column_positions(
-    columns: &[crate::catalog::ColumnDef],
+    columns: &[crate::definition::ColumnDef],
     relation: &str,
     names: &[String],
     check: impl Fn(&str) -> Result<()>,

@@ -16,10 +16,11 @@ use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::Keyword;
 use sqlparser::tokenizer::{Token, Tokenizer, Whitespace, Word};
 
-use crate::catalog::{ColumnDef, StreamDef, StreamOptions, OFFSET_COLUMN, TS_COLUMN};
+use crate::definition::{ColumnDef, StreamDef, StreamOptions, TableDef, OFFSET_COLUMN, TS_COLUMN};
 use crate::error::{sqlstate, Error, Result};
-use crate::table::{check_name, TableDef};
+use crate::table::check_name;
 use crate::types::ColumnType;
+use crate::units;
 
 pub use datafusion::sql::sqlparser;
 
@@ -40,7 +41,7 @@ pub enum Parsed {
         if_not_exists: bool,
     },
     /// `DROP STREAM` / `DROP TABLE` (either drops a stream or a table).
-    DropStream {
+    DropRelation {
         names: Vec<String>,
         if_exists: bool,
         /// Written as DROP STREAM (the command tag says which).
@@ -467,7 +468,7 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
             if_exists,
             names,
             ..
-        } => Parsed::DropStream {
+        } => Parsed::DropRelation {
             names: names.iter().map(object_name).collect(),
             if_exists,
             stream: is_stream,
@@ -571,7 +572,7 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
                 F::All | F::ForwardAll => None,
                 other => {
                     return Ok(Parsed::Refused(Error::new(
-                        "55000",
+                        sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
                         format!("cursor can only scan forward (FETCH {other} is not supported)"),
                     )))
                 }
@@ -650,7 +651,7 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
     let mut primary_key: Vec<String> = Vec::new();
     let pk_twice = || {
         Error::new(
-            "42P16",
+            sqlstate::INVALID_TABLE_DEFINITION,
             format!("multiple primary keys for table \"{name}\" are not allowed"),
         )
     };
@@ -944,11 +945,11 @@ fn stream_options(opts: &CreateTableOptions) -> Result<StreamOptions> {
         };
         let text = expr_setting_value(value);
         match key.value.to_lowercase().as_str() {
-            "retention" => o.retention_ms = Some(parse_duration_ms(&text)?),
-            "retention_bytes" => o.retention_bytes = Some(parse_bytes(&text)?),
+            "retention" => o.retention_ms = Some(units::parse_duration_ms(&text)?),
+            "retention_bytes" => o.retention_bytes = Some(units::parse_bytes(&text)?),
             "dedup_key" => o.dedup_key = Some(text),
-            "dedup_window" => o.dedup_window_ms = Some(parse_duration_ms(&text)?),
-            "segment_bytes" => o.segment_bytes = Some(parse_bytes(&text)?.max(4096)),
+            "dedup_window" => o.dedup_window_ms = Some(units::parse_duration_ms(&text)?),
+            "segment_bytes" => o.segment_bytes = Some(units::parse_bytes(&text)?.max(4096)),
             other => {
                 return Err(Error::new(
                     sqlstate::INVALID_PARAMETER_VALUE,
@@ -958,65 +959,6 @@ fn stream_options(opts: &CreateTableOptions) -> Result<StreamOptions> {
         }
     }
     Ok(o)
-}
-
-/// `'7 days'`, `'2 minutes'`, `'500ms'`, `'10s'` → milliseconds.
-pub fn parse_duration_ms(s: &str) -> Result<u64> {
-    let t = s.trim().to_lowercase();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| {
-        Error::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
-            format!("invalid duration \"{s}\""),
-        )
-    })?;
-    let mult = match unit.trim() {
-        "" | "ms" | "millisecond" | "milliseconds" => 1.0,
-        "s" | "sec" | "secs" | "second" | "seconds" => 1e3,
-        "min" | "mins" | "minute" | "minutes" => 60e3,
-        "h" | "hour" | "hours" => 3600e3,
-        "d" | "day" | "days" => 86400e3,
-        "w" | "week" | "weeks" => 7.0 * 86400e3,
-        _ => {
-            return Err(Error::new(
-                sqlstate::INVALID_PARAMETER_VALUE,
-                format!("invalid duration \"{s}\""),
-            ))
-        }
-    };
-    Ok((n * mult) as u64)
-}
-
-/// `'10 GB'`, `'64MB'`, `'4096'` → bytes.
-pub fn parse_bytes(s: &str) -> Result<u64> {
-    let t = s.trim().to_lowercase();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| {
-        Error::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
-            format!("invalid size \"{s}\""),
-        )
-    })?;
-    let mult = match unit.trim() {
-        "" | "b" | "bytes" => 1.0,
-        "kb" | "kib" | "k" => 1024.0,
-        "mb" | "mib" | "m" => 1024.0 * 1024.0,
-        "gb" | "gib" | "g" => 1024.0 * 1024.0 * 1024.0,
-        "tb" | "tib" | "t" => 1024.0f64.powi(4),
-        _ => {
-            return Err(Error::new(
-                sqlstate::INVALID_PARAMETER_VALUE,
-                format!("invalid size \"{s}\""),
-            ))
-        }
-    };
-    Ok((n * mult) as u64)
 }
 
 /// Parameter types a statement states with casts (`$1::int`), by number.

@@ -29,8 +29,10 @@ use sqlparser::ast::{
 };
 use tokio::sync::watch;
 
-use crate::catalog::{Catalog, Current, Stream, OFFSET_COLUMN};
+use crate::catalog::{Catalog, Current, Stream};
+use crate::definition::OFFSET_COLUMN;
 use crate::error::{sqlstate, Error, Result};
+use crate::interrupt::{cancelled_error, CancelWatch};
 use crate::statement::{self, sqlparser};
 
 /// Offsets covered by one planned chunk.
@@ -233,43 +235,6 @@ fn literal_i128(e: &Expr, params: &[ScalarValue]) -> Option<i128> {
     }
 }
 
-/// Signals a running statement that the client asked to cancel it.
-#[derive(Debug, Clone)]
-pub struct CancelWatch {
-    rx: watch::Receiver<u64>,
-    seen: u64,
-}
-
-impl CancelWatch {
-    pub fn new(rx: watch::Receiver<u64>) -> CancelWatch {
-        let seen = *rx.borrow();
-        CancelWatch { rx, seen }
-    }
-
-    pub fn cancelled(&self) -> bool {
-        *self.rx.borrow() != self.seen
-    }
-
-    /// Resolves when a cancel arrives (never, if the sender is gone).
-    pub async fn wait(&mut self) {
-        loop {
-            if self.cancelled() {
-                return;
-            }
-            if self.rx.changed().await.is_err() {
-                futures::future::pending::<()>().await;
-            }
-        }
-    }
-}
-
-pub fn cancelled_error() -> Error {
-    Error::new(
-        sqlstate::QUERY_CANCELED,
-        "canceling statement due to user request",
-    )
-}
-
 /// A running tail over one stream.
 pub struct Tail {
     catalog: Arc<Catalog>,
@@ -340,7 +305,7 @@ impl Tail {
     fn read_direct(&self, columns: &[usize], from: u64, to: u64) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         for meta in self.stream.log.batches(from, to) {
-            let frame = crate::provider::read_frame(&self.stream, &meta, from, to)?;
+            let frame = crate::stream_provider::read_frame(&self.stream, &meta, from, to)?;
             if frame.num_rows() > 0 {
                 let picked = columns.iter().map(|&i| frame.column(i).clone()).collect();
                 out.push(RecordBatch::try_new(self.schema.clone(), picked)?);

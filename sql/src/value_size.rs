@@ -29,8 +29,8 @@ use datafusion::execution::FunctionRegistry;
 use datafusion::logical_expr::ColumnarValue;
 
 use crate::checked_fn::{checked, Check};
-use crate::error::{sqlstate, Error};
-use crate::memory::{format_bytes, StatementMemory, OUT_OF_MEMORY, SETTING};
+use crate::error::{sqlstate, Error, OUT_OF_MEMORY_MESSAGE};
+use crate::memory::{format_bytes, StatementMemory, SETTING};
 
 /// PostgreSQL's largest value (`MaxAllocSize`, 1 GB).
 pub const MAX_VALUE_BYTES: usize = 1 << 30;
@@ -146,7 +146,7 @@ impl Check for ResultSize {
             total += bytes * repeats;
             if total > limit {
                 return Err(DataFusionError::ResourcesExhausted(format!(
-                    "{OUT_OF_MEMORY}: the statement needs more than {SETTING} ({}); {name} \
+                    "{OUT_OF_MEMORY_MESSAGE}: the statement needs more than {SETTING} ({}); {name} \
                      would build {} for its rows",
                     format_bytes(limit as usize),
                     format_bytes(total.min(usize::MAX as u128) as usize),

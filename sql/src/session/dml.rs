@@ -810,7 +810,7 @@ fn assignments(table: &Table, list: &[sqlparser::ast::Assignment]) -> Result<Vec
             })?;
         if out.iter().any(|(t, _)| *t == i) {
             return Err(Error::new(
-                "42601",
+                sqlstate::SYNTAX_ERROR,
                 format!("multiple assignments to same column \"{col}\""),
             ));
         }

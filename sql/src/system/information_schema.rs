@@ -2,8 +2,6 @@
 //! live catalog with PostgreSQL's type names (DataFusion's own
 //! information_schema reports Arrow types, which no client understands).
 
-use std::sync::{Arc, Weak};
-
 use async_trait::async_trait;
 use datafusion::catalog::SchemaProvider;
 use datafusion::datasource::TableProvider;
@@ -28,12 +26,12 @@ const VIEWS: &[&str] = &[
 
 #[derive(Debug)]
 pub(super) struct InformationSchema {
-    engine: Weak<Engine>,
+    engine: Weak<dyn CatalogSource>,
     vars: SharedVars,
 }
 
 impl InformationSchema {
-    pub(super) fn new(engine: Weak<Engine>, vars: SharedVars) -> InformationSchema {
+    pub(super) fn new(engine: Weak<dyn CatalogSource>, vars: SharedVars) -> InformationSchema {
         InformationSchema { engine, vars }
     }
 }
@@ -53,7 +51,7 @@ impl SchemaProvider for InformationSchema {
             .engine
             .upgrade()
             .ok_or_else(|| DataFusionError::Execution("server is shutting down".into()))?;
-        let rels = relations(&engine);
+        let rels = relations(&*engine);
         let (db, user) = {
             let v = self.vars.read();
             (v.database.clone(), v.user.clone())

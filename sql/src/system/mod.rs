@@ -17,13 +17,12 @@
 //! returns them, in that order.
 
 pub mod client_sql;
-mod functions;
 mod information_schema;
 mod pg_catalog;
+mod pg_functions;
 mod rewrite;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use arrow::array::{new_empty_array, ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -34,7 +33,8 @@ use datafusion::error::Result as DFResult;
 use datafusion::execution::context::SessionContext;
 use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
 
-use crate::engine::{Engine, CATALOG_NAME};
+use crate::catalog::Catalog;
+use crate::settings::SharedVars;
 use crate::types::ColumnType;
 
 /// Fixed namespace OIDs (PostgreSQL's own, so static rows join back).
@@ -45,16 +45,15 @@ const NAMESPACE_INFORMATION_SCHEMA: i32 = 13183;
 const DATABASE_OID: i32 = 5;
 const OWNER_OID: i32 = 10;
 
-/// What catalog queries and session functions read about their session.
-#[derive(Debug, Default)]
-pub struct SessionVars {
-    pub user: String,
-    pub database: String,
-    /// Current values of the session's settings (what SHOW answers).
-    pub settings: BTreeMap<String, String>,
+/// What the catalogs describe: the streams and tables, and Sluice's system
+/// views in `public`. The engine provides it; the catalogs hold it weakly (a
+/// session's context does not keep the engine alive) and so never import the
+/// engine.
+pub trait CatalogSource: Send + Sync {
+    fn catalog(&self) -> &Catalog;
+    /// Sluice's system views in `public`, with their schemas.
+    fn system_views(&self) -> Vec<(&'static str, SchemaRef)>;
 }
-
-pub type SharedVars = Arc<parking_lot::RwLock<SessionVars>>;
 
 /// What every session's catalogs share: the static PostgreSQL catalog
 /// tables, decoded once.
@@ -75,28 +74,34 @@ impl SystemCatalog {
         let static_tables = PgCatalogStaticTables::try_new()
             .map_err(|e| crate::Error::internal(format!("loading pg_catalog tables: {e}")))?;
         Ok(SystemCatalog {
-            type_oids: Arc::new(functions::type_oids(&static_tables)),
+            type_oids: Arc::new(pg_functions::type_oids(&static_tables)),
             static_tables: Arc::new(static_tables),
         })
     }
 
     /// Register `pg_catalog`, `information_schema` and the catalog functions
-    /// in a session's context.
-    pub fn install(&self, ctx: &SessionContext, engine: &Arc<Engine>, vars: SharedVars) {
+    /// in a session's context, under its DataFusion catalog `catalog_name`.
+    pub fn install(
+        &self,
+        ctx: &SessionContext,
+        catalog_name: &str,
+        engine: Weak<dyn CatalogSource>,
+        vars: SharedVars,
+    ) {
         let pg: Arc<dyn SchemaProvider> = Arc::new(pg_catalog::PgCatalog::new(
-            Arc::downgrade(engine),
+            engine.clone(),
             self.static_tables.clone(),
             vars.clone(),
         ));
         let info: Arc<dyn SchemaProvider> = Arc::new(information_schema::InformationSchema::new(
-            Arc::downgrade(engine),
+            engine.clone(),
             vars.clone(),
         ));
-        if let Some(catalog) = ctx.catalog(CATALOG_NAME) {
+        if let Some(catalog) = ctx.catalog(catalog_name) {
             let _ = catalog.register_schema("pg_catalog", pg);
             let _ = catalog.register_schema("information_schema", info);
         }
-        functions::register(ctx, &self.static_tables, &self.type_oids, engine, vars);
+        pg_functions::register(ctx, &self.static_tables, &self.type_oids, engine, vars);
     }
 }
 
@@ -137,20 +142,20 @@ pub(crate) struct RelColumn {
 }
 
 /// Every relation in `public`: the streams, then Sluice's system views.
-pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
+pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
     let mut out: Vec<Relation> = engine
-        .catalog
+        .catalog()
         .list()
         .iter()
         .map(|s| {
             let mut columns = vec![
                 RelColumn {
-                    name: crate::catalog::OFFSET_COLUMN.into(),
+                    name: crate::definition::OFFSET_COLUMN.into(),
                     ty: ColumnType::Int8,
                     not_null: true,
                 },
                 RelColumn {
-                    name: crate::catalog::TS_COLUMN.into(),
+                    name: crate::definition::TS_COLUMN.into(),
                     ty: ColumnType::Timestamptz,
                     not_null: true,
                 },
@@ -173,7 +178,7 @@ pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
             }
         })
         .collect();
-    out.extend(engine.catalog.tables().iter().map(|t| {
+    out.extend(engine.catalog().tables().iter().map(|t| {
         Relation {
             oid: t.def.oid as i32,
             schema: "public",
@@ -196,7 +201,7 @@ pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
         }
     }));
     out.sort_by(|a, b| a.name.cmp(&b.name));
-    for (i, (name, schema)) in crate::engine::system_views().into_iter().enumerate() {
+    for (i, (name, schema)) in engine.system_views().into_iter().enumerate() {
         out.push(Relation {
             oid: 16000 + i as i32,
             schema: "public",

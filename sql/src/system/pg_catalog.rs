@@ -3,8 +3,6 @@
 //! (pg_type, pg_proc, pg_am, pg_range, empty pg_index/pg_constraint/...)
 //! is `datafusion-pg-catalog`'s static PostgreSQL data.
 
-use std::sync::{Arc, Weak};
-
 use async_trait::async_trait;
 use datafusion::catalog::SchemaProvider;
 use datafusion::datasource::TableProvider;
@@ -34,14 +32,14 @@ const OWN: &[&str] = &[
 
 #[derive(Debug)]
 pub(super) struct PgCatalog {
-    engine: Weak<Engine>,
+    engine: Weak<dyn CatalogSource>,
     vars: SharedVars,
     inner: PgCatalogSchemaProvider<NoCatalogs, Roles>,
 }
 
 impl PgCatalog {
     pub(super) fn new(
-        engine: Weak<Engine>,
+        engine: Weak<dyn CatalogSource>,
         static_tables: Arc<PgCatalogStaticTables>,
         vars: SharedVars,
     ) -> PgCatalog {
@@ -60,7 +58,7 @@ impl PgCatalog {
             .engine
             .upgrade()
             .ok_or_else(|| DataFusionError::Execution("server is shutting down".into()))?;
-        let rels = relations(&engine);
+        let rels = relations(&*engine);
         let vars = self.vars.read();
         let t = match name {
             "pg_namespace" => pg_namespace(),

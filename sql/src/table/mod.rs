@@ -1,5 +1,6 @@
-//! Mutable tables: definitions, storage, a transaction's view of them, and
-//! their DataFusion provider.
+//! Mutable tables: the live table built from its definition
+//! ([`TableDef`], in [`crate::definition`]), storage, a transaction's view of
+//! them, and their DataFusion provider.
 //!
 //! A table lives beside the streams in the same catalog namespace and is
 //! changed only by replicated commands. Rows are keyed by the primary key
@@ -20,19 +21,13 @@ use std::sync::Arc;
 use arrow::datatypes::{Schema, SchemaRef};
 use datafusion::scalar::ScalarValue;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 
-use crate::catalog::ColumnDef;
 use crate::command::{op, Op, TableRead};
+use crate::definition::TableDef;
 use crate::error::{sqlstate, Error, Result};
 use crate::types::ColumnType;
 use codec::RowBytes;
 use store::{Snapshot, TableStore};
-
-/// Id of the built-in `consumer_offsets` table (stream and table ids are
-/// derived from Raft indexes and are always larger).
-pub const CONSUMER_OFFSETS_ID: u64 = 1;
-pub const CONSUMER_OFFSETS: &str = "consumer_offsets";
 
 /// Names starting with this are reserved for Sluice's internal relations
 /// and columns (the keyed view of a table used by UPDATE and DELETE).
@@ -47,42 +42,6 @@ pub mod write_kind {
     /// Insert or replace the row with this key.
     pub const PUT: i32 = 1;
     pub const DELETE: i32 = 2;
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TableDef {
-    /// Like stream ids: from the creating Raft index, unique forever.
-    pub id: u64,
-    pub oid: u32,
-    pub name: String,
-    pub columns: Vec<ColumnDef>,
-    /// Positions of the primary-key columns; empty: a hidden row id.
-    pub primary_key: Vec<usize>,
-    /// OID of the primary key's index (`<name>_pkey`), 0 without a key.
-    #[serde(default)]
-    pub index_oid: u32,
-}
-
-impl TableDef {
-    pub fn consumer_offsets() -> TableDef {
-        let col = |name: &str, ty| ColumnDef {
-            name: name.into(),
-            ty,
-            not_null: true,
-        };
-        TableDef {
-            id: CONSUMER_OFFSETS_ID,
-            oid: 16383,
-            name: CONSUMER_OFFSETS.into(),
-            columns: vec![
-                col("consumer", ColumnType::Text),
-                col("stream", ColumnType::Text),
-                col("offset", ColumnType::Int8),
-            ],
-            primary_key: vec![0, 1],
-            index_oid: 16382,
-        }
-    }
 }
 
 /// A live table: definition and derived schema.
@@ -237,7 +196,7 @@ impl TxnTables {
                     );
                 }
                 Some(op::Kind::Append(a)) => {
-                    let batch = crate::insert::decode_ipc(&a.ipc)?;
+                    let batch = crate::ipc::decode_ipc(&a.ipc)?;
                     inner.appends.push((a.stream_id, batch));
                 }
                 _ => {}

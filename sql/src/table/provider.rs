@@ -26,7 +26,7 @@ use datafusion::scalar::ScalarValue;
 
 use super::store::TableStore;
 use super::{codec, Table, TxnTables, KEY_COLUMN};
-use crate::provider::column_cmp;
+use crate::pushdown::column_cmp;
 
 /// The provider of one table in one session.
 #[derive(Debug)]

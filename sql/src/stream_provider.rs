@@ -29,8 +29,10 @@ use futures::StreamExt;
 use parking_lot::Mutex;
 use sluice_storage::BatchMeta;
 
-use crate::catalog::{Stream, OFFSET_COLUMN, TS_COLUMN};
+use crate::catalog::Stream;
+use crate::definition::{OFFSET_COLUMN, TS_COLUMN};
 use crate::error::Error;
+use crate::pushdown::column_cmp;
 
 /// The table provider of one stream.
 #[derive(Debug)]
@@ -160,29 +162,6 @@ impl ScanBounds {
 
     fn wants_frame(&self, m: &BatchMeta) -> bool {
         m.ts_micros >= self.ts_min && m.ts_micros <= self.ts_max
-    }
-}
-
-/// `col op literal` or `literal op col`, normalized to `col op literal`.
-pub(crate) fn column_cmp(
-    left: &Expr,
-    op: Operator,
-    right: &Expr,
-) -> Option<(String, Operator, ScalarValue)> {
-    let strip = |e: &Expr| -> Option<ScalarValue> {
-        match e {
-            Expr::Literal(v, _) => Some(v.clone()),
-            Expr::Cast(c) => match c.expr.as_ref() {
-                Expr::Literal(v, _) => v.cast_to(c.field.data_type()).ok(),
-                _ => None,
-            },
-            _ => None,
-        }
-    };
-    match (left, right) {
-        (Expr::Column(c), r) => strip(r).map(|v| (c.name.clone(), op, v)),
-        (l, Expr::Column(c)) => strip(l).and_then(|v| Some((c.name.clone(), op.swap()?, v))),
-        _ => None,
     }
 }
 
@@ -389,7 +368,7 @@ fn uncommitted_rows(stream: &Stream, user: &RecordBatch) -> Result<RecordBatch, 
     let n = user.num_rows();
     let mut cols = vec![
         arrow::array::new_null_array(&arrow::datatypes::DataType::Int64, n),
-        arrow::array::new_null_array(&crate::catalog::ts_type(), n),
+        arrow::array::new_null_array(&crate::definition::ts_type(), n),
     ];
     cols.extend(user.columns().iter().cloned());
     Ok(RecordBatch::try_new(stream.full_schema.clone(), cols)?)

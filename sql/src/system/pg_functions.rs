@@ -5,7 +5,6 @@
 //! *_description). Its analyzer rules include [`crate::arithmetic`]'s.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
 
 use arrow::array::{Array, AsArray, Int32Array, StringArray};
 use datafusion::error::DataFusionError;
@@ -22,7 +21,7 @@ pub(super) fn register(
     ctx: &SessionContext,
     static_tables: &PgCatalogStaticTables,
     type_oids: &Arc<HashMap<String, i32>>,
-    engine: &Arc<Engine>,
+    engine: Weak<dyn CatalogSource>,
     vars: SharedVars,
 ) {
     use crate_fns::{array_bounds_udf, format_type, has_privilege_udf, quote_ident_udf};
@@ -78,7 +77,7 @@ pub(super) fn register(
     for udf in catalog_functions(type_oids) {
         ctx.register_udf(udf);
     }
-    for udf in session_functions(vars, Arc::downgrade(engine), type_oids.clone()) {
+    for udf in session_functions(vars, engine, type_oids.clone()) {
         ctx.register_udf(udf);
     }
 }
@@ -156,7 +155,7 @@ fn texts(args: &[ArrayRef], i: usize) -> DFResult<Vec<Option<String>>> {
 
 fn session_functions(
     vars: SharedVars,
-    engine: Weak<Engine>,
+    engine: Weak<dyn CatalogSource>,
     type_oids: Arc<HashMap<String, i32>>,
 ) -> Vec<ScalarUDF> {
     let mut out = Vec::new();
@@ -226,7 +225,7 @@ fn session_functions(
                     values.push(None);
                     continue;
                 };
-                match vars.settings.get(&crate::session::canonical_setting(&n)) {
+                match vars.settings.get(&crate::settings::canonical_setting(&n)) {
                     Some(value) => values.push(Some(value.clone())),
                     None if missing_ok => values.push(None),
                     None => {
@@ -252,8 +251,8 @@ fn session_functions(
             let mut vars = v.write();
             for (n, val) in names.iter().zip(&values) {
                 if let (Some(n), Some(val)) = (n, val) {
-                    let name = crate::session::canonical_setting(n);
-                    crate::session::validate_setting(&name, val)
+                    let name = crate::settings::canonical_setting(n);
+                    crate::settings::validate_setting(&name, val)
                         .map_err(|e| DataFusionError::External(Box::new(e)))?;
                     vars.settings.insert(name, val.clone());
                 }
@@ -281,7 +280,7 @@ fn session_functions(
         Volatility::Stable,
         move |args, _| {
             let names = texts(args, 0)?;
-            let rels = e.upgrade().map(|e| relations(&e)).unwrap_or_default();
+            let rels = e.upgrade().map(|e| relations(&*e)).unwrap_or_default();
             Ok(Arc::new(Int32Array::from_iter(names.iter().map(|n| {
                 let n = n.as_deref()?;
                 let (schema, name) = split_qualified(n);
@@ -332,7 +331,7 @@ fn session_functions(
                 let defs: HashMap<i64, String> = e
                     .upgrade()
                     .map(|e| {
-                        super::relations(&e)
+                        super::relations(&*e)
                             .into_iter()
                             .filter(|r| !r.key.is_empty())
                             .map(|r| {
@@ -382,7 +381,7 @@ fn session_functions(
                 let sizes: HashMap<i64, i64> = e
                     .upgrade()
                     .map(|e| {
-                        e.catalog
+                        e.catalog()
                             .list()
                             .iter()
                             .map(|s| (s.def.oid as i64, s.log.size_bytes() as i64))

@@ -1,17 +1,40 @@
-//! Session settings: defaults (what SHOW answers), SET and SHOW.
+//! Session settings: the values every session starts with (what SHOW
+//! answers), the spellings clients use for their names, and what each
+//! setting accepts.
 //!
 //! Values are stored as SHOW reports them: a setting Sluice acts on is
 //! normalized when it is set (`statement_timeout = 2000` shows `2s`, a boolean
-//! `on`/`off`), and checked ([`validate_setting`]) wherever it is set.
+//! `on`/`off`), and checked ([`validate_setting`]) wherever it is set — by
+//! `SET` in a session and by `set_config` in the catalog functions, which
+//! both read a session's [`SessionVars`]. This module sits below both the
+//! session and the system catalogs, and knows neither.
 //! `transaction_read_only` is not stored by SET: it is the current
 //! transaction's mode, which `Session::sync_settings` reports.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-/// Settings every session starts with (SHOW answers these).
-pub(super) fn default_settings(limits: &crate::engine::Limits) -> BTreeMap<String, String> {
-    let memory = crate::memory::format_bytes(limits.max_statement_memory);
-    let timeout = crate::interrupt::format_timeout(limits.statement_timeout);
+use crate::error::{sqlstate, Error, Result};
+
+/// What catalog queries and session functions read about their session.
+#[derive(Debug, Default)]
+pub struct SessionVars {
+    pub user: String,
+    pub database: String,
+    /// Current values of the session's settings (what SHOW answers).
+    pub settings: BTreeMap<String, String>,
+}
+
+pub type SharedVars = Arc<parking_lot::RwLock<SessionVars>>;
+
+/// Settings every session starts with (SHOW answers these); `statement_timeout` and
+/// `max_statement_memory` from the server's flags.
+pub fn default_settings(
+    max_statement_memory: usize,
+    statement_timeout: Option<std::time::Duration>,
+) -> BTreeMap<String, String> {
+    let memory = crate::memory::format_bytes(max_statement_memory);
+    let timeout = crate::interrupt::format_timeout(statement_timeout);
     [
         ("server_version", crate::SERVER_VERSION),
         ("server_version_num", crate::SERVER_VERSION_NUM),
@@ -45,7 +68,7 @@ pub(super) fn default_settings(limits: &crate::engine::Limits) -> BTreeMap<Strin
 }
 
 /// A boolean setting as PostgreSQL reads one.
-pub(super) fn parse_bool(value: &str) -> Option<bool> {
+pub fn parse_bool(value: &str) -> Option<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
         "on" | "true" | "yes" | "1" | "t" | "y" => Some(true),
         "off" | "false" | "no" | "0" | "f" | "n" => Some(false),
@@ -94,7 +117,7 @@ pub fn normalize_setting(name: &str, value: &str) -> Result<String> {
             return Ok(if on { "on" } else { "off" }.into());
         }
         crate::memory::SETTING => {
-            let bytes = statement::parse_bytes(value).map_err(|_| invalid())?;
+            let bytes = crate::units::parse_bytes(value).map_err(|_| invalid())?;
             let bytes = usize::try_from(bytes).map_err(|_| invalid())?;
             if bytes < crate::memory::MIN_STATEMENT_MEMORY {
                 return Err(Error::new(
@@ -111,7 +134,7 @@ pub fn normalize_setting(name: &str, value: &str) -> Result<String> {
     }
     match name {
         "tail_wait" => {
-            statement::parse_duration_ms(value)?;
+            crate::units::parse_duration_ms(value)?;
         }
         "read_consistency" if !matches!(value, "prefix" | "linearizable") => {
             return Err(Error::new(
@@ -137,92 +160,4 @@ pub fn normalize_setting(name: &str, value: &str) -> Result<String> {
         _ => {}
     }
     Ok(value.to_string())
-}
-
-impl Session {
-    pub(super) fn set(&mut self, name: &str, value: &str) -> Result<()> {
-        let name = canonical_setting(name);
-        let value = normalize_setting(&name, value)?;
-        match name.as_str() {
-            "transaction_read_only" => return self.set_transaction_read_only(value == "on"),
-            crate::memory::SETTING => self.check_memory_setting(&value)?,
-            _ => {}
-        }
-        self.vars.write().settings.insert(name, value);
-        Ok(())
-    }
-
-    /// A session may lower its statement memory, not raise it past the server's.
-    pub(super) fn check_memory_setting(&self, value: &str) -> Result<()> {
-        let max = self.engine.limits.max_statement_memory;
-        if statement::parse_bytes(value)? > max as u64 {
-            return Err(Error::new(
-                sqlstate::INVALID_PARAMETER_VALUE,
-                format!(
-                    "{value} exceeds the server's limit of {} for parameter \"{}\"",
-                    crate::memory::format_bytes(max),
-                    crate::memory::SETTING
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// `SET TRANSACTION READ ONLY / READ WRITE`: the current block's mode.
-    /// Outside a block it has no effect (PostgreSQL only warns).
-    fn set_transaction_read_only(&mut self, read_only: bool) -> Result<()> {
-        if let Txn::Block(b) = &mut self.txn {
-            if b.read_only && !read_only && b.used {
-                return Err(Error::new(
-                    sqlstate::ACTIVE_SQL_TRANSACTION,
-                    "transaction read-write mode must be set before any query",
-                ));
-            }
-            b.read_only = read_only;
-        }
-        Ok(())
-    }
-
-    pub(super) fn show(&self, name: &str) -> Result<Output> {
-        let key = canonical_setting(name);
-        let vars = self.vars.read();
-        if key == "all" {
-            let schema = Arc::new(Schema::new(vec![
-                Field::new("name", DataType::Utf8, false),
-                Field::new("setting", DataType::Utf8, false),
-                Field::new("description", DataType::Utf8, false),
-            ]));
-            let batch = RecordBatch::try_new(
-                schema.clone(),
-                vec![
-                    Arc::new(StringArray::from_iter_values(vars.settings.keys())),
-                    Arc::new(StringArray::from_iter_values(vars.settings.values())),
-                    Arc::new(StringArray::from_iter_values(
-                        vars.settings.keys().map(|_| ""),
-                    )),
-                ],
-            )?;
-            return Ok(Output::Rows {
-                schema: schema.clone(),
-                stream: batches_stream(schema, vec![batch]),
-                tag: "SHOW".into(),
-            });
-        }
-        let value = vars.settings.get(&key).cloned().ok_or_else(|| {
-            Error::new(
-                sqlstate::UNDEFINED_OBJECT,
-                format!("unrecognized configuration parameter \"{name}\""),
-            )
-        })?;
-        let schema = Arc::new(Schema::new(vec![Field::new(key, DataType::Utf8, true)]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![Arc::new(StringArray::from(vec![value]))],
-        )?;
-        Ok(Output::Rows {
-            schema: schema.clone(),
-            stream: batches_stream(schema, vec![batch]),
-            tag: "SHOW".into(),
-        })
-    }
 }

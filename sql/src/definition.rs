@@ -1,0 +1,137 @@
+//! What a stream or a table is: the definitions the state machine
+//! replicates and checkpoints (serde), and the names of the system columns.
+//!
+//! A definition is plain data, fixed when the relation is created and
+//! identified by the Raft index of the creating command (`id`, unique
+//! forever) and its PostgreSQL OID. Every module that needs a relation's
+//! shape imports it from here; the live objects built from a definition
+//! (a [`Stream`](crate::catalog::Stream) with its log, a
+//! [`Table`](crate::table::Table) with its schema) live in the modules above.
+//! A stream's SQL schema is `offset`, `ts`, then its user columns; only the
+//! user columns are stored.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use serde::{Deserialize, Serialize};
+
+use crate::types::ColumnType;
+
+/// Name of the system offset column.
+pub const OFFSET_COLUMN: &str = "offset";
+/// Name of the system commit-time column.
+pub const TS_COLUMN: &str = "ts";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    pub ty: ColumnType,
+    pub not_null: bool,
+}
+
+/// `WITH (...)` options of a stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamOptions {
+    pub retention_ms: Option<u64>,
+    pub retention_bytes: Option<u64>,
+    pub dedup_key: Option<String>,
+    pub dedup_window_ms: Option<u64>,
+    pub segment_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamDef {
+    /// Raft index of the command that created the stream: unique forever,
+    /// so a dropped and re-created stream is never confused with the old one.
+    pub id: u64,
+    /// PostgreSQL OID of the relation (pg_class.oid), assigned from the
+    /// state machine's counter when the stream is created.
+    #[serde(default)]
+    pub oid: u32,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    pub options: StreamOptions,
+}
+
+impl StreamDef {
+    /// Schema of the stored batches: the user columns only.
+    pub fn user_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| c.ty.field(&c.name, !c.not_null))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    /// Schema seen by SQL: `offset`, `ts`, then the user columns. The system
+    /// columns are nullable in Arrow only so that DataFusion can plan an
+    /// INSERT that leaves them out; they are never null when read.
+    pub fn full_schema(&self) -> SchemaRef {
+        let mut fields = vec![
+            ColumnType::Int8.field(OFFSET_COLUMN, true),
+            ColumnType::Timestamptz.field(TS_COLUMN, true),
+        ];
+        fields.extend(
+            self.columns
+                .iter()
+                .map(|c| c.ty.field(&c.name, !c.not_null)),
+        );
+        Arc::new(Schema::new(fields))
+    }
+
+    pub fn column(&self, name: &str) -> Option<&ColumnDef> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+}
+
+/// Arrow type of the `ts` column.
+pub fn ts_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+/// Field list helper used by providers: the offset column as a non-null field.
+pub fn offset_field() -> Field {
+    ColumnType::Int8.field(OFFSET_COLUMN, true)
+}
+
+/// Id of the built-in `consumer_offsets` table (stream and table ids are
+/// derived from Raft indexes and are always larger).
+pub const CONSUMER_OFFSETS_ID: u64 = 1;
+pub const CONSUMER_OFFSETS: &str = "consumer_offsets";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableDef {
+    /// Like stream ids: from the creating Raft index, unique forever.
+    pub id: u64,
+    pub oid: u32,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    /// Positions of the primary-key columns; empty: a hidden row id.
+    pub primary_key: Vec<usize>,
+    /// OID of the primary key's index (`<name>_pkey`), 0 without a key.
+    #[serde(default)]
+    pub index_oid: u32,
+}
+
+impl TableDef {
+    pub fn consumer_offsets() -> TableDef {
+        let col = |name: &str, ty| ColumnDef {
+            name: name.into(),
+            ty,
+            not_null: true,
+        };
+        TableDef {
+            id: CONSUMER_OFFSETS_ID,
+            oid: 16383,
+            name: CONSUMER_OFFSETS.into(),
+            columns: vec![
+                col("consumer", ColumnType::Text),
+                col("stream", ColumnType::Text),
+                col("offset", ColumnType::Int8),
+            ],
+            primary_key: vec![0, 1],
+            index_oid: 16382,
+        }
+    }
+}
