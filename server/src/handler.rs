@@ -789,7 +789,11 @@ impl Backend {
             Ok(parsed) => {
                 for p in &parsed {
                     let mut s = session.lock().await;
-                    let out = unless_closed(client, raw, s.execute(p, &[])).await?;
+                    let out = off_the_connection_thread(
+                        query.query.len(),
+                        unless_closed(client, raw, s.execute(p, &[])),
+                    )
+                    .await?;
                     let ctx = match &out {
                         Ok(Output::Tag(_)) | Err(_) => OutputContext { tz: None },
                         _ => output_context(&s),
@@ -1098,6 +1102,23 @@ impl SimpleQueryHandler for Backend {
 pub struct Prepared {
     parsed: Parsed,
     desc: Description,
+    /// Its text is long enough to plan off the connection thread ([`off_the_connection_thread`]).
+    long: bool,
+}
+
+/// Runs the work for a statement of `len` bytes. A long one (over
+/// [`statement::PARSE_INLINE_BYTES`]: a big `IN` list or `VALUES`) takes DataFusion a second
+/// or more per megabyte to plan, so on a multi-threaded runtime its task turns this worker
+/// into a blocking thread for the time (`block_in_place`): the runtime starts another worker
+/// and the connection thread's other clients are served meanwhile.
+async fn off_the_connection_thread<F: std::future::Future>(len: usize, work: F) -> F::Output {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let handle = Handle::current();
+    if len <= statement::PARSE_INLINE_BYTES || handle.runtime_flavor() != RuntimeFlavor::MultiThread
+    {
+        return work.await;
+    }
+    tokio::task::block_in_place(|| handle.block_on(work))
 }
 
 #[derive(Debug, Default)]
@@ -1134,8 +1155,12 @@ impl QueryParser for SluiceParser {
             let Some(parsed) = parsed.pop() else {
                 return Ok(None);
             };
-            let desc = s.describe(&parsed).await?;
-            Ok(Some(Arc::new(Prepared { parsed, desc })))
+            let desc = off_the_connection_thread(sql.len(), s.describe(&parsed)).await?;
+            Ok(Some(Arc::new(Prepared {
+                parsed,
+                desc,
+                long: sql.len() > statement::PARSE_INLINE_BYTES,
+            })))
         }
         .await;
         // as in PostgreSQL, an error at Parse aborts the transaction block
@@ -1377,7 +1402,8 @@ impl ExtendedQueryHandler for Backend {
         let values = bind_params(portal)?;
         let session = session_of(client)?;
         let mut s = session.lock().await;
-        let out = s.execute(&prepared.parsed, &values).await;
+        let len = if prepared.long { usize::MAX } else { 0 };
+        let out = off_the_connection_thread(len, s.execute(&prepared.parsed, &values)).await;
         // a command tag needs no output settings (the common INSERT)
         let ctx = match &out {
             Ok(Output::Tag(_)) | Err(_) => OutputContext { tz: None },

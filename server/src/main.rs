@@ -67,16 +67,18 @@ fn main() {
     // Two runtimes (see sluice_sql::executor): a few threads serve
     // connections, whose requests are short and latency-bound (more
     // workers only steal from and wake each other); query plans run on a
-    // runtime with a thread per core. The Raft node has its own thread.
+    // runtime with a thread per core, at a lower scheduling priority, so that
+    // queries use idle cores but never starve connections, the Raft node or
+    // its fsyncs (their threads keep the normal priority).
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let queries = match runtime("sluice-query", cores) {
+    let queries = match runtime("sluice-query", cores, QUERY_NICE) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sluice: cannot start the query runtime: {e}");
             std::process::exit(1);
         }
     };
-    let connections = match runtime("sluice-conn", (cores / 2).max(1)) {
+    let connections = match runtime("sluice-conn", (cores / 2).max(1), 0) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sluice: cannot start the runtime: {e}");
@@ -92,14 +94,36 @@ fn main() {
     }
 }
 
-fn runtime(name: &str, threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+/// The niceness of the query runtime's threads: under contention the normal-priority
+/// threads (connections, Raft, fsync) get most of the CPU; idle cores still run queries.
+const QUERY_NICE: i32 = 10;
+
+fn runtime(name: &str, threads: usize, nice: i32) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder
         .worker_threads(threads)
         .thread_name(name)
         // statements are parsed, planned and run on these threads (see sluice_sql::complexity)
         .thread_stack_size(sluice_sql::complexity::STACK_BYTES)
-        .enable_all()
-        .build()
+        .enable_all();
+    if nice != 0 {
+        builder.on_thread_start(move || lower_priority(nice));
+    }
+    builder.build()
+}
+
+/// Gives the calling thread niceness `nice` (Linux applies setpriority to a thread id);
+/// logs once if it cannot, and the thread runs at the normal priority.
+fn lower_priority(nice: i32) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), nice) {
+        WARNED.call_once(|| {
+            tracing::warn!(
+                "cannot lower the query threads' priority ({e}): they compete with writes"
+            );
+        });
+    }
 }
 
 async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), String> {
