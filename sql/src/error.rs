@@ -197,7 +197,7 @@ fn ours(e: &datafusion::error::DataFusionError) -> Option<Error> {
 }
 
 /// How a statement memory pool's refusals start ([`crate::memory`] and
-/// [`crate::value_size`] write them; [`resources_exhausted`] recognizes them by it).
+/// [`crate::value_size`] write them; `resources_exhausted` recognizes them by it).
 pub const OUT_OF_MEMORY_MESSAGE: &str = "out of memory";
 
 /// A memory pool's refusal (`53200`, see `crate::memory`) or the spill space's (`53100`).
