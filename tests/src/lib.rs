@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod hostile;
 pub mod psql;
 mod server;
+pub mod suite;
 pub mod wire;
 
 use std::collections::HashMap;

@@ -286,7 +286,8 @@ pub fn parse_listening_port(line: &str) -> Option<u16> {
 }
 
 /// The `sluice` binary: `$SLUICE_BIN`, else `sluice` beside the directory
-/// holding this test binary (`target/debug/deps/..` → `target/debug/sluice`),
+/// holding this test binary (`target/debug/deps/..` → `target/debug/sluice`) or beside
+/// this binary,
 /// else under `$CARGO_TARGET_DIR` or the workspace's `target/`.
 pub fn binary_path() -> PathBuf {
     if let Some(bin) = std::env::var_os(BIN_ENV) {
@@ -295,8 +296,11 @@ pub fn binary_path() -> PathBuf {
     let exe_name = format!("sluice{}", std::env::consts::EXE_SUFFIX);
     let mut candidates = Vec::new();
     if let Ok(exe) = std::env::current_exe() {
-        if let Some(profile_dir) = exe.parent().and_then(Path::parent) {
-            candidates.push(profile_dir.join(&exe_name));
+        // a test binary lives in target/<profile>/deps, a load binary (sluice-chaos,
+        // sluice-hostile) in target/<profile> beside the server
+        if let Some(dir) = exe.parent() {
+            candidates.extend(dir.parent().map(|profile_dir| profile_dir.join(&exe_name)));
+            candidates.push(dir.join(&exe_name));
         }
     }
     if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {

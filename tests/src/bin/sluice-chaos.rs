@@ -39,21 +39,6 @@ struct Args {
     keep: bool,
 }
 
-/// `$SLUICE_BIN`, else the `sluice` built beside this binary, else the test harness's
-/// search.
-fn server_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os(sluice_tests::BIN_ENV) {
-        return PathBuf::from(bin);
-    }
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.join("sluice")));
-    match beside {
-        Some(b) if b.is_file() => b,
-        _ => sluice_tests::binary_path(),
-    }
-}
-
 fn main() {
     let args = Args::parse();
     let nemeses = if args.nemeses.is_empty() {
@@ -83,37 +68,14 @@ fn main() {
         nemeses,
         fault: Duration::from_secs(args.fault_secs),
         keep: args.keep,
-        binary: Some(server_binary()),
+        binary: Some(sluice_tests::binary_path()),
         ..chaos::Config::default()
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    // Ctrl-C drops the run, which kills the nodes and removes their directories.
-    let result = runtime.block_on(async {
-        tokio::select! {
-            r = chaos::run(config) => Some(r),
-            _ = tokio::signal::ctrl_c() => None,
-        }
-    });
-    let Some(result) = result else {
-        eprintln!("interrupted");
-        std::process::exit(130);
-    };
-    print!("{}", report::summary(&result));
-    if let Some(out) = &args.out {
-        if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        match std::fs::write(out, report::markdown(&result)) {
-            Ok(()) => println!("report written to {}", out.display()),
-            Err(e) => {
-                eprintln!("write {}: {e}", out.display());
-                std::process::exit(2);
-            }
-        }
-    }
-    std::process::exit(i32::from(!result.anomalies.is_empty()));
+    sluice_tests::suite::run_to_report(
+        chaos::run(config),
+        args.out.as_deref(),
+        report::summary,
+        report::markdown,
+        |r| !r.anomalies.is_empty(),
+    )
 }

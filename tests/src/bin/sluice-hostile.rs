@@ -63,24 +63,8 @@ struct Args {
     keep: bool,
 }
 
-/// `$SLUICE_BIN`, else the `sluice` built beside this binary, else the test harness's
-/// search.
-fn server_binary() -> Option<PathBuf> {
-    if std::env::var_os(sluice_tests::BIN_ENV).is_some() {
-        return None;
-    }
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.join("sluice")))?;
-    beside.is_file().then_some(beside)
-}
-
 fn main() {
     let args = Args::parse();
-    // The hostile module starts the server through the harness, which reads SLUICE_BIN.
-    if let Some(bin) = server_binary() {
-        std::env::set_var(sluice_tests::BIN_ENV, bin);
-    }
     eprintln!(
         "sluice-hostile: server binary {}",
         sluice_tests::binary_path().display()
@@ -101,34 +85,11 @@ fn main() {
         keep: args.keep,
         ..hostile::Config::default()
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    // Ctrl-C drops the run, which kills the server and removes its directory.
-    let result = runtime.block_on(async {
-        tokio::select! {
-            r = hostile::run(config) => Some(r),
-            _ = tokio::signal::ctrl_c() => None,
-        }
-    });
-    let Some(result) = result else {
-        eprintln!("interrupted");
-        std::process::exit(130);
-    };
-    print!("{}", report::summary(&result));
-    if let Some(out) = &args.out {
-        if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        match std::fs::write(out, report::markdown(&result)) {
-            Ok(()) => println!("report written to {}", out.display()),
-            Err(e) => {
-                eprintln!("write {}: {e}", out.display());
-                std::process::exit(2);
-            }
-        }
-    }
-    std::process::exit(i32::from(!result.anomalies.is_empty()));
+    sluice_tests::suite::run_to_report(
+        hostile::run(config),
+        args.out.as_deref(),
+        report::summary,
+        report::markdown,
+        |r| !r.anomalies.is_empty(),
+    )
 }
