@@ -19,6 +19,20 @@ use crate::catalog::Stream;
 use crate::error::{sqlstate, Error, Result};
 use crate::types::ColumnType;
 
+/// An INSERT's row of `values` for its `targets` columns must match them
+/// one to one (42601 otherwise).
+pub fn check_arity(values: usize, targets: usize) -> Result<()> {
+    match values.cmp(&targets) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Greater => Err(Error::syntax(
+            "INSERT has more expressions than target columns",
+        )),
+        std::cmp::Ordering::Less => Err(Error::syntax(
+            "INSERT has more target columns than expressions",
+        )),
+    }
+}
+
 /// Evaluate a VALUES expression without a planner, or `None` if it needs one.
 pub fn eval_simple(
     expr: &Expr,

@@ -3,7 +3,22 @@
 //! A cursor over a tailable query is a [`Tail`]; any other is a snapshot
 //! stream read as far as each FETCH asks.
 
-use super::*;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::scalar::ScalarValue;
+use futures::StreamExt;
+use sqlparser::ast::Statement;
+
+use super::transaction::{no_transaction, Txn};
+use super::{batches_stream, Output, Session, TxnStatus};
+use crate::error::{sqlstate, Error, Result};
+use crate::interrupt::CancelWatch;
+use crate::statement::{sqlparser, CopyFormat, Parsed};
+use crate::tail::{self, Tail};
 
 pub(super) enum Cursor {
     Tail(Box<Tail>),
@@ -50,6 +65,12 @@ pub(super) async fn fetch_tail(
 }
 
 impl Session {
+    /// How long a FETCH on a tail waits for a row when none is there.
+    fn tail_wait(&self) -> Duration {
+        let text = self.setting("tail_wait").unwrap_or_else(|| "10s".into());
+        Duration::from_millis(crate::units::parse_duration_ms(&text).unwrap_or(10_000))
+    }
+
     async fn start_tail(&self, spec: tail::TailSpec, params: &[ScalarValue]) -> Result<Tail> {
         Tail::start(
             self.engine.catalog.clone(),
@@ -91,7 +112,43 @@ impl Session {
         }
     }
 
-    pub(super) async fn open_cursor(
+    /// `DECLARE name [WITH HOLD] CURSOR FOR query`: only WITH HOLD
+    /// outlives (or may start outside) a transaction block.
+    pub(super) async fn declare(
+        &mut self,
+        name: &str,
+        query: &sqlparser::ast::Query,
+        hold: bool,
+        params: &[ScalarValue],
+    ) -> Result<Output> {
+        if !hold && matches!(self.txn, Txn::Idle) {
+            return Err(no_transaction("DECLARE CURSOR"));
+        }
+        if self.cursors.contains_key(name) {
+            return Err(Error::new(
+                sqlstate::DUPLICATE_CURSOR,
+                format!("cursor \"{name}\" already exists"),
+            ));
+        }
+        let cursor = Box::pin(self.open_cursor(query, params)).await?;
+        self.cursors
+            .insert(name.to_string(), CursorEntry { cursor, hold });
+        Ok(Output::Tag("DECLARE CURSOR".into()))
+    }
+
+    /// `CLOSE name`, or `CLOSE ALL` (`None`).
+    pub(super) fn close(&mut self, name: Option<&str>) -> Result<Output> {
+        let Some(name) = name else {
+            self.cursors.clear();
+            return Ok(Output::Tag("CLOSE CURSOR ALL".into()));
+        };
+        match self.cursors.remove(name) {
+            Some(_) => Ok(Output::Tag("CLOSE CURSOR".into())),
+            None => Err(no_cursor(name)),
+        }
+    }
+
+    async fn open_cursor(
         &mut self,
         query: &sqlparser::ast::Query,
         params: &[ScalarValue],

@@ -24,7 +24,10 @@ use sqlparser::ast::{
     Statement, TableFactor, UpdateTableFromKind,
 };
 
-use super::{batches_stream, insert_target, values_rows, Output, Session, Txn};
+use super::append::{column_positions, insert_target, values_rows};
+use super::naming::quote;
+use super::transaction::Txn;
+use super::{returning, Description, Output, Session};
 use crate::command::{op, Op, TableWrite};
 use crate::engine::keyed_name;
 use crate::error::{sqlstate, Error, Result};
@@ -38,10 +41,6 @@ const AUTOCOMMIT_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs
 
 const ROW_NUMBER: &str = "sluice$n";
 
-fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
 /// A table-qualified reference to a column of the statement's alias.
 fn column_ref(alias: &str, col: &str) -> String {
     format!("{}.{}", quote(alias), quote(col))
@@ -51,6 +50,19 @@ impl Session {
     /// The table an INSERT/UPDATE/DELETE targets, if it is a table.
     pub(super) fn table(&self, name: &str) -> Option<Arc<Table>> {
         self.engine.catalog.table(name)
+    }
+
+    /// The table an UPDATE names; a stream is append-only.
+    pub(super) fn updated_table(&self, u: &sqlparser::ast::Update) -> Result<Arc<Table>> {
+        let name = match &u.table.relation {
+            TableFactor::Table { name, .. } => statement::table_name(name),
+            other => other.to_string(),
+        };
+        match self.table(&name) {
+            Some(table) => Ok(table),
+            None if self.engine.catalog.get(&name).is_some() => Err(statement::append_only(&name)),
+            None => Err(Error::undefined_table(&name)),
+        }
     }
 
     /// Run a table DML statement; outside a block, retry it when its
@@ -155,12 +167,8 @@ impl Session {
         let simple = values_rows(ins).and_then(|rows| {
             let mut vals = Vec::with_capacity(rows.len());
             for row in rows {
-                if row.len() != targets.len() {
-                    return Some(Err(Error::syntax(if row.len() > targets.len() {
-                        "INSERT has more expressions than target columns"
-                    } else {
-                        "INSERT has more target columns than expressions"
-                    })));
+                if let Err(e) = insert::check_arity(row.len(), targets.len()) {
+                    return Some(Err(e));
                 }
                 let mut r = Vec::with_capacity(row.len());
                 for (e, &t) in row.iter().zip(&targets) {
@@ -189,13 +197,7 @@ impl Session {
                     .await?;
                 let mut rows = Vec::new();
                 for b in batches {
-                    if b.num_columns() != targets.len() {
-                        return Err(Error::syntax(if b.num_columns() > targets.len() {
-                            "INSERT has more expressions than target columns"
-                        } else {
-                            "INSERT has more target columns than expressions"
-                        }));
-                    }
+                    insert::check_arity(b.num_columns(), targets.len())?;
                     let cols: Vec<ArrayRef> = b
                         .columns()
                         .iter()
@@ -359,17 +361,7 @@ impl Session {
         let proposed: Vec<Vec<ScalarValue>> = pairs.iter().map(|(_, _, p)| p.clone()).collect();
         ctx.register_table(alias, numbered_table(table, existing)?)?;
         ctx.register_table("excluded", numbered_table(table, proposed)?)?;
-        let assigned = assignments(table, &du.assignments)?;
-        let exprs: Vec<String> = table
-            .def
-            .columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| match assigned.iter().find(|(t, _)| *t == i) {
-                Some((_, e)) => format!("{e} AS {}", quote(&c.name)),
-                None => column_ref(alias, &c.name),
-            })
-            .collect();
+        let exprs = assigned_row(table, alias, &du.assignments)?;
         let mut sql = format!(
             "SELECT {}, {} FROM {} JOIN excluded ON {} = excluded.{}",
             column_ref(alias, ROW_NUMBER),
@@ -481,7 +473,7 @@ impl Session {
     /// Parameter types and result columns of a table UPDATE or DELETE:
     /// `SET col = $n` takes the column's type, the rest what planning the
     /// keyed query infers (`WHERE k = $n`).
-    pub(super) async fn describe_table_change(&self, p: &Parsed) -> Result<super::Description> {
+    pub(super) async fn describe_table_change(&self, p: &Parsed) -> Result<Description> {
         let (table, alias, sql, set, returning) = match p {
             Parsed::Update(u) => {
                 let (name, alias) = update_target(&u.table.relation)?;
@@ -509,12 +501,12 @@ impl Session {
         insert::infer_param_types(&[&values], &types, &mut params);
         let q = parse_query(&sql)?;
         let plan = self.plan(&q).await?;
-        super::planned_param_types(&plan, &q, &mut params)?;
+        super::describe::planned_param_types(&plan, &q, &mut params)?;
         let schema = match returning {
             Some(items) => Some(self.table_returning_schema(&table, &alias, items).await?),
             None => None,
         };
-        Ok(super::Description { params, schema })
+        Ok(Description { params, schema })
     }
 
     /// Plan and run a statement in this session's context, collecting rows.
@@ -542,15 +534,8 @@ impl Session {
         tag: &str,
     ) -> Result<Output> {
         let batch = rows_batch(table.schema.clone(), table, rows)?;
-        let (ctx, plan) = returning_plan(table, alias, vec![batch], items, params).await?;
-        let df = ctx.execute_logical_plan(plan).await?;
-        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let batches = df.collect().await?;
-        Ok(Output::Rows {
-            schema: schema.clone(),
-            stream: batches_stream(schema, batches),
-            tag: tag.into(),
-        })
+        let schema = table.schema.clone();
+        returning::rows(schema, alias, vec![batch], items, params, tag).await
     }
 
     /// Result columns of `RETURNING items` for a table (Describe).
@@ -560,8 +545,7 @@ impl Session {
         alias: &str,
         items: &[SelectItem],
     ) -> Result<SchemaRef> {
-        let (_, plan) = returning_plan(table, alias, vec![], items, &[]).await?;
-        Ok(Arc::new(plan.schema().as_arrow().clone()))
+        returning::schema(table.schema.clone(), alias, items).await
     }
 
     /// Propose (or buffer) a statement's ops, then answer with its tag
@@ -587,34 +571,6 @@ impl Session {
             }
         }
     }
-}
-
-/// `SELECT <RETURNING items> FROM <alias>` planned over `batches` of the
-/// table's rows, in a context of its own.
-async fn returning_plan(
-    table: &Table,
-    alias: &str,
-    batches: Vec<RecordBatch>,
-    items: &[SelectItem],
-    params: &[ScalarValue],
-) -> Result<(SessionContext, datafusion::logical_expr::LogicalPlan)> {
-    let ctx = SessionContext::new();
-    ctx.register_table(
-        alias,
-        Arc::new(MemTable::try_new(table.schema.clone(), vec![batches])?),
-    )?;
-    let list = items
-        .iter()
-        .map(|i| i.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let plan = plan_in(
-        &ctx,
-        &format!("SELECT {list} FROM {}", quote(alias)),
-        params,
-    )
-    .await?;
-    Ok((ctx, plan))
 }
 
 /// One generated query, parsed.
@@ -671,17 +627,7 @@ fn update_sql(table: &Table, alias: &str, u: &sqlparser::ast::Update) -> Result<
             "UPDATE with JOIN is not supported; use FROM",
         ));
     }
-    let assigned = assignments(table, &u.assignments)?;
-    let exprs: Vec<String> = table
-        .def
-        .columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| match assigned.iter().find(|(t, _)| *t == i) {
-            Some((_, e)) => format!("{e} AS {}", quote(&c.name)),
-            None => column_ref(alias, &c.name),
-        })
-        .collect();
+    let exprs = assigned_row(table, alias, &u.assignments)?;
     let from = match &u.from {
         Some(UpdateTableFromKind::AfterSet(f)) | Some(UpdateTableFromKind::BeforeSet(f)) => {
             f.iter().map(|t| format!(", {t}")).collect::<String>()
@@ -784,6 +730,26 @@ fn numbered_table(table: &Table, rows: Vec<Vec<ScalarValue>>) -> Result<Arc<MemT
     Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
 }
 
+/// The row `SET col = expr, ...` makes, as a projection over `alias`:
+/// each column's new value, or its old one if it is not assigned.
+fn assigned_row(
+    table: &Table,
+    alias: &str,
+    list: &[sqlparser::ast::Assignment],
+) -> Result<Vec<String>> {
+    let assigned = assignments(table, list)?;
+    Ok(table
+        .def
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| match assigned.iter().find(|(t, _)| *t == i) {
+            Some((_, e)) => format!("{e} AS {}", quote(&c.name)),
+            None => column_ref(alias, &c.name),
+        })
+        .collect())
+}
+
 /// Column positions and value expressions of `SET col = expr, ...`.
 fn assignments(table: &Table, list: &[sqlparser::ast::Assignment]) -> Result<Vec<(usize, Expr)>> {
     let mut out: Vec<(usize, Expr)> = Vec::new();
@@ -822,7 +788,7 @@ fn assignments(table: &Table, list: &[sqlparser::ast::Assignment]) -> Result<Vec
 /// Positions of the INSERT's target columns (all columns if none named).
 pub(super) fn table_targets(table: &Table, ins: &sqlparser::ast::Insert) -> Result<Vec<usize>> {
     let names: Vec<String> = ins.columns.iter().map(statement::table_name).collect();
-    super::column_positions(&table.def.columns, &table.def.name, &names, |_| Ok(()))
+    column_positions(&table.def.columns, &table.def.name, &names, |_| Ok(()))
 }
 
 /// ON CONFLICT must name the primary key (its columns, or its constraint).

@@ -1,7 +1,13 @@
 //! Result column names as PostgreSQL gives them, and the aliases that let
 //! DataFusion plan what PostgreSQL accepts (`SELECT 1, 1`).
 
-use super::*;
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use sqlparser::ast::{Expr, SelectItem, SetExpr, Statement};
+
+use crate::statement::{self, sqlparser};
+use crate::types::ColumnType;
 
 /// Result column names as PostgreSQL gives them: an unaliased column keeps
 /// its name, a function call is named after the function, a cast after its
@@ -111,4 +117,9 @@ pub(super) fn with_unique_names(stmt: &Statement) -> Statement {
         }
     }
     stmt
+}
+
+/// `name` as a quoted SQL identifier.
+pub(super) fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }

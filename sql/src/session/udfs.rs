@@ -1,7 +1,13 @@
 //! Functions that need the session: `pg_notify()`, `version()`,
 //! `pg_backend_pid()`, registered in each session's DataFusion context.
 
-use super::*;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+
+use arrow::datatypes::DataType;
+use datafusion::scalar::ScalarValue;
+
+use crate::notify::{self, Notification};
 
 /// What `pg_notify` (a DataFusion function) needs from its session.
 #[derive(Debug)]

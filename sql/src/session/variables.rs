@@ -1,21 +1,117 @@
-//! SET and SHOW in a session: the statements over the session's
-//! [`SessionVars`](crate::settings::SessionVars), with the checks only a
-//! session can make (its transaction's mode, the server's memory limit).
-//! What a setting accepts is [`crate::settings`]'s.
+//! SET, SHOW, RESET and DISCARD ALL in a session: the statements over the
+//! session's [`SessionVars`](crate::settings::SessionVars), with the checks
+//! only a session can make (its transaction's mode, the server's memory
+//! limit). What a setting accepts is [`crate::settings`]'s. RESET returns a
+//! setting to its value at startup (the startup packet's), else the
+//! default.
 
-use super::*;
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+
+use super::transaction::Txn;
+use super::{batches_stream, Output, Session};
+use crate::error::{sqlstate, Error, Result};
+use crate::settings::{canonical_setting, default_settings, normalize_setting};
+use crate::statement::{self, Parsed};
+
+/// What `SHOW STREAMS` runs.
+pub(super) const SHOW_STREAMS: &str =
+    "SELECT name, first_offset, next_offset, bytes, segments FROM sluice_streams ORDER BY name";
 
 impl Session {
-    pub(super) fn set(&mut self, name: &str, value: &str) -> Result<()> {
+    pub fn setting(&self, name: &str) -> Option<String> {
+        let vars = self.vars.read();
+        if name.chars().any(char::is_uppercase) {
+            vars.settings.get(&name.to_lowercase()).cloned()
+        } else {
+            vars.settings.get(name).cloned()
+        }
+    }
+
+    /// A setting from the startup packet: also what RESET returns to. An
+    /// error if the setting cannot take the value (the connection is refused).
+    pub fn set_setting(&mut self, name: &str, value: &str) -> Result<()> {
+        let name = canonical_setting(name);
+        let value = normalize_setting(&name, value)?;
+        if name == crate::memory::SETTING {
+            self.check_memory_setting(&value)?;
+        }
+        self.startup_settings.insert(name.clone(), value.clone());
+        self.vars.write().settings.insert(name, value);
+        Ok(())
+    }
+
+    /// Brings what settings control up to date before a statement: the
+    /// memory limit of its plans, and `transaction_read_only` (what SHOW
+    /// and `current_setting` report).
+    pub(super) fn sync_settings(&mut self) {
+        let memory = self
+            .setting(crate::memory::SETTING)
+            .and_then(|v| crate::units::parse_bytes(&v).ok())
+            .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX))
+            .min(self.engine.limits.max_statement_memory);
+        if memory != self.memory.limit() {
+            self.memory.set_limit(memory);
+        }
+        let read_only = if self.read_only() { "on" } else { "off" };
+        if self.setting("transaction_read_only").as_deref() != Some(read_only) {
+            self.vars
+                .write()
+                .settings
+                .insert("transaction_read_only".into(), read_only.into());
+        }
+    }
+
+    pub(super) fn set(&mut self, name: &str, value: &str) -> Result<Output> {
         let name = canonical_setting(name);
         let value = normalize_setting(&name, value)?;
         match name.as_str() {
-            "transaction_read_only" => return self.set_transaction_read_only(value == "on"),
+            "transaction_read_only" => {
+                self.set_transaction_read_only(value == "on")?;
+                return Ok(Output::Tag("SET".into()));
+            }
             crate::memory::SETTING => self.check_memory_setting(&value)?,
             _ => {}
         }
         self.vars.write().settings.insert(name, value);
-        Ok(())
+        Ok(Output::Tag("SET".into()))
+    }
+
+    /// `RESET name`, or `RESET ALL` (`None`): back to the value the
+    /// session started with (startup parameters), else the default.
+    pub(super) fn reset(&mut self, name: Option<&str>) -> Result<Output> {
+        let mut reset = default_settings(
+            self.engine.limits.max_statement_memory,
+            self.engine.limits.statement_timeout,
+        );
+        reset.extend(self.startup_settings.clone());
+        let mut vars = self.vars.write();
+        match name {
+            None => vars.settings = reset,
+            Some(n) => {
+                let n = canonical_setting(n);
+                match reset.get(&n) {
+                    Some(v) => {
+                        vars.settings.insert(n, v.clone());
+                    }
+                    None => {
+                        vars.settings.remove(&n);
+                    }
+                }
+            }
+        }
+        Ok(Output::Tag("RESET".into()))
+    }
+
+    /// `DISCARD ALL`: cursors closed, channels unlistened, settings reset.
+    pub(super) fn discard_all(&mut self) -> Result<Output> {
+        self.outside_block("DISCARD ALL")?;
+        self.close(None)?;
+        self.unlisten(None)?;
+        self.reset(None)?;
+        Ok(Output::Tag("DISCARD ALL".into()))
     }
 
     /// A session may lower its statement memory, not raise it past the server's.
@@ -89,6 +185,24 @@ impl Session {
             schema: schema.clone(),
             stream: batches_stream(schema, vec![batch]),
             tag: "SHOW".into(),
+        })
+    }
+
+    /// `SHOW STREAMS`: a query over `sluice_streams`, tagged SHOW.
+    pub(super) async fn show_streams(&mut self) -> Result<Output> {
+        let stmt = statement::parse(SHOW_STREAMS)?;
+        let Some(Parsed::Query(q)) = stmt.first() else {
+            return Err(Error::internal(
+                "SHOW STREAMS query did not parse as a query",
+            ));
+        };
+        Ok(match Box::pin(self.query(q, &[])).await? {
+            Output::Rows { schema, stream, .. } => Output::Rows {
+                schema,
+                stream,
+                tag: "SHOW".into(),
+            },
+            other => other,
         })
     }
 }
