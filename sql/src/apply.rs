@@ -656,148 +656,21 @@ impl Database {
         let mut outcomes = Vec::with_capacity(cmd.ops.len());
         for (i, o) in cmd.ops.into_iter().enumerate() {
             let outcome = match o.kind {
-                Some(op::Kind::CreateStream(c)) => {
-                    if self.catalog.get(&c.name).is_some() {
-                        OpOutcome::Created { existed: true }
-                    } else {
-                        let mut def: StreamDef = match serde_json::from_str(&c.definition_json) {
-                            Ok(d) => d,
-                            Err(e) => {
-                                return Ok(Err(Error::internal(format!(
-                                    "bad stream definition: {e}"
-                                ))))
-                            }
-                        };
-                        // unique per op even when one command creates several streams
-                        def.id = index * 1024 + i as u64 + 1;
-                        def.name = c.name.clone();
-                        def.oid = self.next_oid;
-                        self.next_oid += 1;
-                        let log = StreamLog::create(
-                            &stream_dir(&self.dir, def.id),
-                            stream_options(&def, self.default_segment_bytes),
-                        )
-                        .map_err(|e| e.to_string())?;
-                        self.catalog
-                            .insert(Arc::new(Stream::new(def, Arc::new(log))));
-                        OpOutcome::Created { existed: false }
-                    }
-                }
-                Some(op::Kind::CreateTable(c)) => {
-                    if self.catalog.exists(&c.name) {
-                        OpOutcome::Created { existed: true }
-                    } else {
-                        let mut def: TableDef = match serde_json::from_str(&c.definition_json) {
-                            Ok(d) => d,
-                            Err(e) => {
-                                return Ok(Err(Error::internal(format!(
-                                    "bad table definition: {e}"
-                                ))))
-                            }
-                        };
-                        def.id = index * 1024 + i as u64 + 1;
-                        def.name = c.name.clone();
-                        def.oid = self.next_oid;
-                        self.next_oid += 1;
-                        if !def.primary_key.is_empty() {
-                            def.index_oid = self.next_oid;
-                            self.next_oid += 1;
-                        }
-                        self.tables.reset_table(index, def.id);
-                        self.catalog.insert_table(Arc::new(Table::new(def)));
-                        OpOutcome::Created { existed: false }
-                    }
-                }
-                Some(op::Kind::TableWrite(_)) => OpOutcome::Written,
-                Some(op::Kind::DropRelation(d)) if self.catalog.get(&d.name).is_none() => {
-                    match self.catalog.remove_table(&d.name) {
-                        Some(t) => {
-                            self.tables.reset_table(index, t.def.id);
-                            self.dropped_tables.push(t.def.id);
-                            OpOutcome::Dropped { existed: true }
-                        }
-                        None => OpOutcome::Dropped { existed: false },
-                    }
-                }
-                Some(op::Kind::DropRelation(d)) => match self.catalog.remove(&d.name) {
-                    None => OpOutcome::Dropped { existed: false },
-                    Some(stream) => {
-                        if stream.def.options.dedup_key.is_some() {
-                            let id = dedup_table_id(stream.def.id);
-                            self.tables.reset_table(index, id);
-                            self.dropped_tables.push(id);
-                        }
-                        self.write_checkpoint(index)?;
-                        let path = stream_dir(&self.dir, stream.def.id);
-                        if let Err(e) = fs::remove_dir_all(&path) {
-                            tracing::warn!(path = %path.display(), "could not remove dropped stream: {e}");
-                        }
-                        OpOutcome::Dropped { existed: true }
-                    }
-                },
+                Some(op::Kind::CreateStream(c)) => self.create_stream(index, i, c)?,
+                Some(op::Kind::CreateTable(c)) => self.create_table(index, i, c)?,
+                Some(op::Kind::TableWrite(_)) => Ok(OpOutcome::Written),
+                Some(op::Kind::DropRelation(d)) => self.drop_relation(index, d)?,
                 Some(op::Kind::Append(a)) => {
-                    let Some(stream) = self.catalog.get(&a.stream) else {
-                        return Ok(Err(Error::undefined_table(&a.stream)));
-                    };
-                    let ts = stream.next_ts(cmd.ts_micros);
                     let plan = dedup.remove(&i);
-                    let (ipc, rows) = match &plan {
-                        Some(p) => (p.ipc.as_deref().unwrap_or(&a.ipc), p.rows),
-                        None => (a.ipc.as_slice(), a.rows),
-                    };
-                    let base = if rows == 0 {
-                        stream.log.next_offset()
-                    } else {
-                        let base = stream
-                            .log
-                            .append(ipc, rows, ts)
-                            .map_err(|e| e.to_string())?;
-                        stream.record_append(ts);
-                        base
-                    };
-                    self.stats
-                        .appended_rows
-                        .fetch_add(rows as u64, Ordering::Relaxed);
-                    let row_offsets = match plan {
-                        Some(p) => {
-                            if p.first_offset != base {
-                                return Err(format!(
-                                    "dedup predicted offset {} but the append got {base}",
-                                    p.first_offset
-                                ));
-                            }
-                            table_writes.extend(p.entries);
-                            p.row_offsets
-                        }
-                        None => Vec::new(),
-                    };
-                    OpOutcome::Appended {
-                        stream: a.stream,
-                        base_offset: base,
-                        rows,
-                        ts_micros: ts,
-                        row_offsets,
-                    }
+                    self.append(a, cmd.ts_micros, plan, &mut table_writes)?
                 }
-                Some(op::Kind::Truncate(t)) => {
-                    let Some(stream) = self.catalog.get(&t.stream) else {
-                        return Ok(Err(Error::undefined_table(&t.stream)));
-                    };
-                    // checkpoint the state before this op, so the checkpoint
-                    // references the active segment, which is never deleted
-                    self.write_checkpoint(index - 1)?;
-                    let first = stream
-                        .log
-                        .truncate_prefix(t.before)
-                        .map_err(|e| e.to_string())?;
-                    stream.record_append(stream.next_ts(i64::MIN));
-                    OpOutcome::Truncated {
-                        first_offset: first,
-                    }
-                }
-                None => return Ok(Err(Error::internal("empty op in command"))),
+                Some(op::Kind::Truncate(t)) => self.truncate(index, t)?,
+                None => Err(Error::internal("empty op in command")),
             };
-            outcomes.push(outcome);
+            match outcome {
+                Ok(outcome) => outcomes.push(outcome),
+                Err(e) => return Ok(Err(e)),
+            }
         }
         if !table_writes.is_empty() {
             self.tables.apply(index, table_writes);
@@ -807,6 +680,152 @@ impl Database {
         }
         self.stats.applied_commands.fetch_add(1, Ordering::Relaxed);
         Ok(Ok(outcomes))
+    }
+
+    /// `CREATE STREAM` (op `i` of the command at `index`): its id and OID
+    /// are derived from where it applies, so every replica agrees.
+    fn create_stream(&mut self, index: u64, i: usize, c: crate::command::CreateStream) -> Applied {
+        if self.catalog.get(&c.name).is_some() {
+            return Ok(Ok(OpOutcome::Created { existed: true }));
+        }
+        let mut def: StreamDef = match serde_json::from_str(&c.definition_json) {
+            Ok(d) => d,
+            Err(e) => return Ok(Err(Error::internal(format!("bad stream definition: {e}")))),
+        };
+        // unique per op even when one command creates several streams
+        def.id = index * 1024 + i as u64 + 1;
+        def.name = c.name.clone();
+        def.oid = self.next_oid;
+        self.next_oid += 1;
+        let log = StreamLog::create(
+            &stream_dir(&self.dir, def.id),
+            stream_options(&def, self.default_segment_bytes),
+        )
+        .map_err(|e| e.to_string())?;
+        self.catalog
+            .insert(Arc::new(Stream::new(def, Arc::new(log))));
+        Ok(Ok(OpOutcome::Created { existed: false }))
+    }
+
+    /// `CREATE TABLE`: like a stream, plus an OID for its primary key index.
+    fn create_table(&mut self, index: u64, i: usize, c: crate::command::CreateTable) -> Applied {
+        if self.catalog.exists(&c.name) {
+            return Ok(Ok(OpOutcome::Created { existed: true }));
+        }
+        let mut def: TableDef = match serde_json::from_str(&c.definition_json) {
+            Ok(d) => d,
+            Err(e) => return Ok(Err(Error::internal(format!("bad table definition: {e}")))),
+        };
+        def.id = index * 1024 + i as u64 + 1;
+        def.name = c.name.clone();
+        def.oid = self.next_oid;
+        self.next_oid += 1;
+        if !def.primary_key.is_empty() {
+            def.index_oid = self.next_oid;
+            self.next_oid += 1;
+        }
+        self.tables.reset_table(index, def.id);
+        self.catalog.insert_table(Arc::new(Table::new(def)));
+        Ok(Ok(OpOutcome::Created { existed: false }))
+    }
+
+    /// `DROP STREAM` / `DROP TABLE` (either drops either): a stream's
+    /// files go after a checkpoint that no longer names them.
+    fn drop_relation(&mut self, index: u64, d: crate::command::DropRelation) -> Applied {
+        if self.catalog.get(&d.name).is_none() {
+            return Ok(Ok(match self.catalog.remove_table(&d.name) {
+                Some(t) => {
+                    self.tables.reset_table(index, t.def.id);
+                    self.dropped_tables.push(t.def.id);
+                    OpOutcome::Dropped { existed: true }
+                }
+                None => OpOutcome::Dropped { existed: false },
+            }));
+        }
+        let Some(stream) = self.catalog.remove(&d.name) else {
+            return Ok(Ok(OpOutcome::Dropped { existed: false }));
+        };
+        if stream.def.options.dedup_key.is_some() {
+            let id = dedup_table_id(stream.def.id);
+            self.tables.reset_table(index, id);
+            self.dropped_tables.push(id);
+        }
+        self.write_checkpoint(index)?;
+        let path = stream_dir(&self.dir, stream.def.id);
+        if let Err(e) = fs::remove_dir_all(&path) {
+            tracing::warn!(path = %path.display(), "could not remove dropped stream: {e}");
+        }
+        Ok(Ok(OpOutcome::Dropped { existed: true }))
+    }
+
+    /// An append at the stream's next offset, stamped no earlier than
+    /// `ts_micros`; a dedup stream appends only its plan's new rows and
+    /// records their keys with the command's table writes.
+    fn append(
+        &mut self,
+        a: crate::command::Append,
+        ts_micros: i64,
+        plan: Option<DedupPlan>,
+        table_writes: &mut Vec<Write>,
+    ) -> Applied {
+        let Some(stream) = self.catalog.get(&a.stream) else {
+            return Ok(Err(Error::undefined_table(&a.stream)));
+        };
+        let ts = stream.next_ts(ts_micros);
+        let (ipc, rows) = match &plan {
+            Some(p) => (p.ipc.as_deref().unwrap_or(&a.ipc), p.rows),
+            None => (a.ipc.as_slice(), a.rows),
+        };
+        let base = if rows == 0 {
+            stream.log.next_offset()
+        } else {
+            let base = stream
+                .log
+                .append(ipc, rows, ts)
+                .map_err(|e| e.to_string())?;
+            stream.record_append(ts);
+            base
+        };
+        self.stats
+            .appended_rows
+            .fetch_add(rows as u64, Ordering::Relaxed);
+        let row_offsets = match plan {
+            Some(p) => {
+                if p.first_offset != base {
+                    return Err(format!(
+                        "dedup predicted offset {} but the append got {base}",
+                        p.first_offset
+                    ));
+                }
+                table_writes.extend(p.entries);
+                p.row_offsets
+            }
+            None => Vec::new(),
+        };
+        Ok(Ok(OpOutcome::Appended {
+            stream: a.stream,
+            base_offset: base,
+            rows,
+            ts_micros: ts,
+            row_offsets,
+        }))
+    }
+
+    /// A prefix truncation, after a checkpoint of the state before it (the
+    /// checkpoint references the active segment, which is never deleted).
+    fn truncate(&mut self, index: u64, t: crate::command::Truncate) -> Applied {
+        let Some(stream) = self.catalog.get(&t.stream) else {
+            return Ok(Err(Error::undefined_table(&t.stream)));
+        };
+        self.write_checkpoint(index - 1)?;
+        let first = stream
+            .log
+            .truncate_prefix(t.before)
+            .map_err(|e| e.to_string())?;
+        stream.record_append(stream.next_ts(i64::MIN));
+        Ok(Ok(OpOutcome::Truncated {
+            first_offset: first,
+        }))
     }
 }
 
@@ -873,6 +892,11 @@ fn decode_dedup(row: &[u8]) -> Option<(u64, i64)> {
     let ts: [u8; 8] = row.get(8..16)?.try_into().ok()?;
     Some((u64::from_le_bytes(off), i64::from_le_bytes(ts)))
 }
+
+/// What applying one op gives: its outcome, a deterministic rejection
+/// that fails the command on every replica (inner `Err`), or a failure
+/// that stops the node (outer `Err`, as [`StateMachine::apply`] reports).
+type Applied = Result<Result<OpOutcome, Error>, String>;
 
 /// How one append to a dedup stream applies.
 struct DedupPlan {

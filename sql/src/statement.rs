@@ -401,68 +401,7 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         Statement::Query(_) | Statement::Explain { .. } => Parsed::Query(Box::new(stmt)),
         Statement::Insert(ins) => Parsed::Insert(Box::new(ins)),
         Statement::CreateTable(ct) if !is_stream => classify_create_table(&ct)?,
-        Statement::CreateTable(ct) => {
-            let name = object_name(&ct.name);
-            check_name("relation", &name)?;
-            let mut columns = Vec::new();
-            for c in &ct.columns {
-                let cname = normalize_ident(&c.name);
-                if cname == OFFSET_COLUMN || cname == TS_COLUMN {
-                    return Err(Error::new(
-                        sqlstate::DUPLICATE_COLUMN,
-                        format!("column name \"{cname}\" conflicts with a system column name"),
-                    ));
-                }
-                let ty = column_type(&cname, c, &columns)?;
-                let mut not_null = false;
-                for o in &c.options {
-                    match &o.option {
-                        ColumnOption::NotNull => not_null = true,
-                        ColumnOption::Null => not_null = false,
-                        other => {
-                            return Ok(Parsed::Refused(Error::unsupported(format!(
-                                "column option {other} is not supported on a stream"
-                            ))))
-                        }
-                    }
-                }
-                columns.push(ColumnDef {
-                    name: cname,
-                    ty,
-                    not_null,
-                });
-            }
-            if !ct.constraints.is_empty() {
-                return Ok(Parsed::Refused(Error::unsupported(
-                    "streams have no constraints other than NOT NULL (they are append-only logs)",
-                )));
-            }
-            let options = stream_options(&ct.table_options)?;
-            if let Some(k) = &options.dedup_key {
-                if !columns.iter().any(|c| &c.name == k) {
-                    return Err(Error::new(
-                        sqlstate::UNDEFINED_COLUMN,
-                        format!("dedup_key column \"{k}\" does not exist in stream \"{name}\""),
-                    ));
-                }
-            }
-            if options.dedup_window_ms.is_some() && options.dedup_key.is_none() {
-                return Err(Error::new(
-                    sqlstate::INVALID_PARAMETER_VALUE,
-                    "dedup_window needs a dedup_key",
-                ));
-            }
-            Parsed::CreateStream {
-                def: StreamDef {
-                    id: 0,
-                    oid: 0,
-                    name,
-                    columns,
-                    options,
-                },
-                if_not_exists: ct.if_not_exists,
-            }
-        }
+        Statement::CreateTable(ct) => classify_create_stream(&ct)?,
         Statement::Drop {
             object_type: ObjectType::Table,
             if_exists,
@@ -489,18 +428,7 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         Statement::Savepoint { name } => Parsed::Savepoint(normalize_ident(&name)),
         Statement::ReleaseSavepoint { name } => Parsed::ReleaseSavepoint(normalize_ident(&name)),
         Statement::Set(set) => classify_set(set),
-        Statement::ShowVariable { variable } => {
-            let name = variable
-                .iter()
-                .map(|v| v.value.to_lowercase())
-                .collect::<Vec<_>>()
-                .join(" ");
-            if name == "streams" {
-                Parsed::ShowStreams
-            } else {
-                Parsed::Show(name)
-            }
-        }
+        Statement::ShowVariable { variable } => classify_show(&variable),
         // Prepared statements live in the wire layer's store, where a new
         // Parse replaces one of the same name; DEALLOCATE (psycopg sends it
         // after schema changes) has nothing to free here.
@@ -532,56 +460,10 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
             legacy_options,
             values,
         } => classify_copy(source, to, target, options, legacy_options, values)?,
-        Statement::Declare { stmts } => {
-            let Some(d) = stmts.into_iter().next() else {
-                return Err(Error::syntax("empty DECLARE"));
-            };
-            let Some(query) = d.for_query else {
-                return Ok(Parsed::Refused(Error::unsupported(
-                    "only DECLARE ... CURSOR FOR <query> is supported",
-                )));
-            };
-            if d.scroll == Some(true) {
-                return Ok(Parsed::Refused(Error::unsupported(
-                    "SCROLL cursors are not supported; cursors are forward-only",
-                )));
-            }
-            let name = d.names.first().map(normalize_ident).unwrap_or_default();
-            Parsed::Declare {
-                name,
-                query,
-                hold: d.hold == Some(true),
-            }
-        }
+        Statement::Declare { stmts } => classify_declare(stmts)?,
         Statement::Fetch {
             name, direction, ..
-        } => {
-            use sqlparser::ast::FetchDirection as F;
-            let count = |v: &sqlparser::ast::ValueWithSpan| -> Result<u64> {
-                match &v.value {
-                    Value::Number(n, _) => n
-                        .parse::<u64>()
-                        .map_err(|_| Error::syntax(format!("invalid FETCH count {n}"))),
-                    other => Err(Error::syntax(format!("invalid FETCH count {other}"))),
-                }
-            };
-            let n = match &direction {
-                F::Count { limit } => Some(count(limit)?),
-                F::Next => Some(1),
-                F::Forward { limit } => Some(limit.as_ref().map(count).transpose()?.unwrap_or(1)),
-                F::All | F::ForwardAll => None,
-                other => {
-                    return Ok(Parsed::Refused(Error::new(
-                        sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
-                        format!("cursor can only scan forward (FETCH {other} is not supported)"),
-                    )))
-                }
-            };
-            Parsed::Fetch {
-                name: normalize_ident(&name),
-                count: n,
-            }
-        }
+        } => classify_fetch(&name, &direction)?,
         Statement::Close { cursor } => match cursor {
             sqlparser::ast::CloseCursor::All => Parsed::Close(None),
             sqlparser::ast::CloseCursor::Specific { name } => {
@@ -600,26 +482,166 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
             channel: normalize_ident(&channel),
             payload: payload.unwrap_or_default(),
         },
-        Statement::Truncate(t) => {
-            let name = t
-                .table_names
-                .first()
-                .map(|n| object_name(&n.name))
-                .unwrap_or_default();
-            Parsed::Refused(Error::unsupported(format!(
-                "TRUNCATE is not supported on stream \"{name}\"; use DELETE FROM {name} WHERE offset < n to drop a prefix"
+        Statement::Truncate(t) => refuse_truncate(&t),
+        other => refuse(&other),
+    })
+}
+
+/// `CREATE STREAM`: typed columns (NOT NULL the only option) and the
+/// stream's WITH options; no constraints.
+fn classify_create_stream(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
+    let name = object_name(&ct.name);
+    check_name("relation", &name)?;
+    let mut columns = Vec::new();
+    for c in &ct.columns {
+        let cname = normalize_ident(&c.name);
+        if cname == OFFSET_COLUMN || cname == TS_COLUMN {
+            return Err(Error::new(
+                sqlstate::DUPLICATE_COLUMN,
+                format!("column name \"{cname}\" conflicts with a system column name"),
+            ));
+        }
+        let ty = column_type(&cname, c, &columns)?;
+        let mut not_null = false;
+        for o in &c.options {
+            match &o.option {
+                ColumnOption::NotNull => not_null = true,
+                ColumnOption::Null => not_null = false,
+                other => {
+                    return Ok(Parsed::Refused(Error::unsupported(format!(
+                        "column option {other} is not supported on a stream"
+                    ))))
+                }
+            }
+        }
+        columns.push(ColumnDef {
+            name: cname,
+            ty,
+            not_null,
+        });
+    }
+    if !ct.constraints.is_empty() {
+        return Ok(Parsed::Refused(Error::unsupported(
+            "streams have no constraints other than NOT NULL (they are append-only logs)",
+        )));
+    }
+    let options = stream_options(&ct.table_options)?;
+    if let Some(k) = &options.dedup_key {
+        if !columns.iter().any(|c| &c.name == k) {
+            return Err(Error::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("dedup_key column \"{k}\" does not exist in stream \"{name}\""),
+            ));
+        }
+    }
+    if options.dedup_window_ms.is_some() && options.dedup_key.is_none() {
+        return Err(Error::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            "dedup_window needs a dedup_key",
+        ));
+    }
+    Ok(Parsed::CreateStream {
+        def: StreamDef {
+            id: 0,
+            oid: 0,
+            name,
+            columns,
+            options,
+        },
+        if_not_exists: ct.if_not_exists,
+    })
+}
+
+/// `SHOW name` (a setting) or `SHOW STREAMS`.
+fn classify_show(variable: &[sqlparser::ast::Ident]) -> Parsed {
+    let name = variable
+        .iter()
+        .map(|v| v.value.to_lowercase())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if name == "streams" {
+        Parsed::ShowStreams
+    } else {
+        Parsed::Show(name)
+    }
+}
+
+/// `DECLARE name [WITH HOLD] CURSOR FOR query`: forward-only cursors.
+fn classify_declare(stmts: Vec<sqlparser::ast::Declare>) -> Result<Parsed> {
+    let Some(d) = stmts.into_iter().next() else {
+        return Err(Error::syntax("empty DECLARE"));
+    };
+    let Some(query) = d.for_query else {
+        return Ok(Parsed::Refused(Error::unsupported(
+            "only DECLARE ... CURSOR FOR <query> is supported",
+        )));
+    };
+    if d.scroll == Some(true) {
+        return Ok(Parsed::Refused(Error::unsupported(
+            "SCROLL cursors are not supported; cursors are forward-only",
+        )));
+    }
+    let name = d.names.first().map(normalize_ident).unwrap_or_default();
+    Ok(Parsed::Declare {
+        name,
+        query,
+        hold: d.hold == Some(true),
+    })
+}
+
+/// `FETCH [n | NEXT | FORWARD [n] | ALL] FROM c`: only forward.
+fn classify_fetch(
+    name: &sqlparser::ast::Ident,
+    direction: &sqlparser::ast::FetchDirection,
+) -> Result<Parsed> {
+    use sqlparser::ast::FetchDirection as F;
+    let count = |v: &sqlparser::ast::ValueWithSpan| -> Result<u64> {
+        match &v.value {
+            Value::Number(n, _) => n
+                .parse::<u64>()
+                .map_err(|_| Error::syntax(format!("invalid FETCH count {n}"))),
+            other => Err(Error::syntax(format!("invalid FETCH count {other}"))),
+        }
+    };
+    let n = match direction {
+        F::Count { limit } => Some(count(limit)?),
+        F::Next => Some(1),
+        F::Forward { limit } => Some(limit.as_ref().map(count).transpose()?.unwrap_or(1)),
+        F::All | F::ForwardAll => None,
+        other => {
+            return Ok(Parsed::Refused(Error::new(
+                sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!("cursor can only scan forward (FETCH {other} is not supported)"),
             )))
         }
-        other => {
-            let text = other.to_string();
-            let verb = text
-                .split_whitespace()
-                .take(2)
-                .collect::<Vec<_>>()
-                .join(" ");
-            Parsed::Refused(Error::unsupported(format!("{verb} is not supported")))
-        }
+    };
+    Ok(Parsed::Fetch {
+        name: normalize_ident(name),
+        count: n,
     })
+}
+
+/// TRUNCATE is refused: a stream drops a prefix with DELETE instead.
+fn refuse_truncate(t: &sqlparser::ast::Truncate) -> Parsed {
+    let name = t
+        .table_names
+        .first()
+        .map(|n| object_name(&n.name))
+        .unwrap_or_default();
+    Parsed::Refused(Error::unsupported(format!(
+        "TRUNCATE is not supported on stream \"{name}\"; use DELETE FROM {name} WHERE offset < n to drop a prefix"
+    )))
+}
+
+/// Any other statement is refused, named by its first two words.
+fn refuse(other: &Statement) -> Parsed {
+    let text = other.to_string();
+    let verb = text
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    Parsed::Refused(Error::unsupported(format!("{verb} is not supported")))
 }
 
 /// The type of a new column `cname`, which must not repeat one in `columns`.

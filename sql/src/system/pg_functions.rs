@@ -153,11 +153,22 @@ fn texts(args: &[ArrayRef], i: usize) -> DFResult<Vec<Option<String>>> {
         .collect())
 }
 
+/// Functions that read the session's settings and identity or the
+/// engine's catalog.
 fn session_functions(
     vars: SharedVars,
     engine: Weak<dyn CatalogSource>,
     type_oids: Arc<HashMap<String, i32>>,
 ) -> Vec<ScalarUDF> {
+    let mut out = identity_functions(&vars);
+    out.extend(setting_functions(&vars));
+    out.extend(relation_functions(&engine, type_oids));
+    out.extend(text_functions());
+    out
+}
+
+/// `current_database`, `current_user` and its synonyms, `pg_get_userbyid`.
+fn identity_functions(vars: &SharedVars) -> Vec<ScalarUDF> {
     let mut out = Vec::new();
     let v = vars.clone();
     out.push(udf(
@@ -203,6 +214,12 @@ fn session_functions(
             }))))
         },
     ));
+    out
+}
+
+/// `current_setting` and `set_config`.
+fn setting_functions(vars: &SharedVars) -> Vec<ScalarUDF> {
+    let mut out = Vec::new();
     let v = vars.clone();
     out.push(udf(
         "current_setting",
@@ -260,6 +277,16 @@ fn session_functions(
             Ok(Arc::new(StringArray::from(values)))
         },
     ));
+    out
+}
+
+/// Lookups of relations and types: `to_regtype`, `to_regclass`,
+/// `pg_get_indexdef`, `pg_get_constraintdef`, the `pg_*_size` family.
+fn relation_functions(
+    engine: &Weak<dyn CatalogSource>,
+    type_oids: Arc<HashMap<String, i32>>,
+) -> Vec<ScalarUDF> {
+    let mut out = Vec::new();
     out.push(udf(
         "to_regtype",
         TypeSignature::Exact(vec![DataType::Utf8]),
@@ -290,29 +317,6 @@ fn session_functions(
             }))))
         },
     ));
-    // Sluice keeps no comments: every description is NULL.
-    for name in ["obj_description", "col_description", "shobj_description"] {
-        out.push(always_null(
-            name,
-            TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
-        ));
-    }
-    out.push(udf(
-        "pg_encoding_to_char",
-        TypeSignature::Exact(vec![DataType::Int32]),
-        DataType::Utf8,
-        Volatility::Immutable,
-        |args, _| {
-            let ids = args[0].as_primitive::<arrow::datatypes::Int32Type>();
-            Ok(Arc::new(StringArray::from_iter(ids.iter().map(|id| {
-                id.map(|id| match id {
-                    0 => "SQL_ASCII",
-                    6 => "UTF8",
-                    _ => "",
-                })
-            }))))
-        },
-    ));
     // Primary keys are the only indexes and constraints.
     for (name, index) in [("pg_get_indexdef", true), ("pg_get_constraintdef", false)] {
         let e = engine.clone();
@@ -328,35 +332,9 @@ fn session_functions(
             move |args, _| {
                 let oids = arrow::compute::cast(&args[0], &DataType::Int64)?;
                 let oids = oids.as_primitive::<arrow::datatypes::Int64Type>();
-                let defs: HashMap<i64, String> = e
+                let defs = e
                     .upgrade()
-                    .map(|e| {
-                        super::relations(&*e)
-                            .into_iter()
-                            .filter(|r| !r.key.is_empty())
-                            .map(|r| {
-                                let cols = r
-                                    .key
-                                    .iter()
-                                    .map(|&k| quote_ident(&r.columns[k as usize - 1].name))
-                                    .collect::<Vec<_>>()
-                                    .join(", ");
-                                if index {
-                                    (
-                                        r.index_oid as i64,
-                                        format!(
-                                            "CREATE UNIQUE INDEX {} ON {}.{} USING btree ({cols})",
-                                            quote_ident(&r.pkey_name()),
-                                            r.schema,
-                                            quote_ident(&r.name)
-                                        ),
-                                    )
-                                } else {
-                                    (r.constraint_oid() as i64, format!("PRIMARY KEY ({cols})"))
-                                }
-                            })
-                            .collect()
-                    })
+                    .map(|e| key_definitions(&*e, index))
                     .unwrap_or_default();
                 Ok(Arc::new(StringArray::from_iter(
                     oids.iter().map(|o| o.and_then(|o| defs.get(&o).cloned())),
@@ -395,6 +373,67 @@ fn session_functions(
             },
         ));
     }
+    out
+}
+
+/// The primary keys' definitions by OID: as indexes
+/// (`CREATE UNIQUE INDEX ...`) or as constraints (`PRIMARY KEY (...)`).
+fn key_definitions(e: &dyn CatalogSource, index: bool) -> HashMap<i64, String> {
+    super::relations(e)
+        .into_iter()
+        .filter(|r| !r.key.is_empty())
+        .map(|r| {
+            let cols = r
+                .key
+                .iter()
+                .map(|&k| quote_ident(&r.columns[k as usize - 1].name))
+                .collect::<Vec<_>>()
+                .join(", ");
+            if index {
+                (
+                    r.index_oid as i64,
+                    format!(
+                        "CREATE UNIQUE INDEX {} ON {}.{} USING btree ({cols})",
+                        quote_ident(&r.pkey_name()),
+                        r.schema,
+                        quote_ident(&r.name)
+                    ),
+                )
+            } else {
+                (r.constraint_oid() as i64, format!("PRIMARY KEY ({cols})"))
+            }
+        })
+        .collect()
+}
+
+/// Functions of text and values: descriptions (always NULL),
+/// `pg_encoding_to_char`, `format`, `pg_expandarray_struct`,
+/// `pg_is_in_recovery`.
+fn text_functions() -> Vec<ScalarUDF> {
+    let mut out = Vec::new();
+    // Sluice keeps no comments: every description is NULL.
+    for name in ["obj_description", "col_description", "shobj_description"] {
+        out.push(always_null(
+            name,
+            TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
+        ));
+    }
+    out.push(udf(
+        "pg_encoding_to_char",
+        TypeSignature::Exact(vec![DataType::Int32]),
+        DataType::Utf8,
+        Volatility::Immutable,
+        |args, _| {
+            let ids = args[0].as_primitive::<arrow::datatypes::Int32Type>();
+            Ok(Arc::new(StringArray::from_iter(ids.iter().map(|id| {
+                id.map(|id| match id {
+                    0 => "SQL_ASCII",
+                    6 => "UTF8",
+                    _ => "",
+                })
+            }))))
+        },
+    ));
     out.push(udf(
         "format",
         TypeSignature::VariadicAny,
@@ -455,38 +494,7 @@ fn catalog_functions(type_oids: &Arc<HashMap<String, i32>>) -> Vec<ScalarUDF> {
             TypeSignature::VariadicAny,
             DataType::Utf8,
             Volatility::Stable,
-            |args, rows| {
-                if args.len() % 2 != 0 {
-                    return Err(DataFusionError::Execution(
-                        "argument list must have even number of elements".into(),
-                    ));
-                }
-                let mut out = Vec::with_capacity(rows);
-                for r in 0..rows {
-                    let mut obj = serde_json::Map::new();
-                    for pair in args.chunks(2) {
-                        let key = ScalarValue::try_from_array(&pair[0], r)?;
-                        let value = ScalarValue::try_from_array(&pair[1], r)?;
-                        obj.insert(
-                            key.to_string(),
-                            if value.is_null() {
-                                serde_json::Value::Null
-                            } else {
-                                match value {
-                                    ScalarValue::Boolean(Some(b)) => serde_json::Value::Bool(b),
-                                    v if v.data_type().is_numeric() => {
-                                        serde_json::from_str(&v.to_string())
-                                            .unwrap_or(serde_json::Value::String(v.to_string()))
-                                    }
-                                    v => serde_json::Value::String(v.to_string()),
-                                }
-                            },
-                        );
-                    }
-                    out.push(serde_json::Value::Object(obj).to_string());
-                }
-                Ok(Arc::new(StringArray::from(out)))
-            },
+            json_build_object,
         ),
         // No column is backed by a sequence.
         always_null("pg_get_serial_sequence", TypeSignature::Any(2)),
@@ -559,6 +567,38 @@ fn catalog_functions(type_oids: &Arc<HashMap<String, i32>>) -> Vec<ScalarUDF> {
             },
         ),
     ]
+}
+
+/// `json_build_object(key, value, ...)`: one JSON object per row.
+fn json_build_object(args: &[ArrayRef], rows: usize) -> DFResult<ArrayRef> {
+    if !args.len().is_multiple_of(2) {
+        return Err(DataFusionError::Execution(
+            "argument list must have even number of elements".into(),
+        ));
+    }
+    let mut out = Vec::with_capacity(rows);
+    for r in 0..rows {
+        let mut obj = serde_json::Map::new();
+        for pair in args.chunks(2) {
+            let key = ScalarValue::try_from_array(&pair[0], r)?;
+            let value = ScalarValue::try_from_array(&pair[1], r)?;
+            obj.insert(
+                key.to_string(),
+                if value.is_null() {
+                    serde_json::Value::Null
+                } else {
+                    match value {
+                        ScalarValue::Boolean(Some(b)) => serde_json::Value::Bool(b),
+                        v if v.data_type().is_numeric() => serde_json::from_str(&v.to_string())
+                            .unwrap_or(serde_json::Value::String(v.to_string())),
+                        v => serde_json::Value::String(v.to_string()),
+                    }
+                },
+            );
+        }
+        out.push(serde_json::Value::Object(obj).to_string());
+    }
+    Ok(Arc::new(StringArray::from(out)))
 }
 
 /// PostgreSQL array text (`{a,"b c",NULL}`) → its elements.
