@@ -4,8 +4,26 @@
 //! reads one row). Recognising a filter never changes a result: both push
 //! it down as inexact, so DataFusion checks it again.
 
-use datafusion::logical_expr::{Expr, Operator};
+use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
 use datafusion::scalar::ScalarValue;
+
+/// A provider's answer to `supports_filters_pushdown`: inexact for each
+/// filter its scan `recognises`, unsupported for the others.
+pub(crate) fn inexact_where(
+    filters: &[&Expr],
+    recognises: impl Fn(&Expr) -> bool,
+) -> Vec<TableProviderFilterPushDown> {
+    filters
+        .iter()
+        .map(|f| {
+            if recognises(f) {
+                TableProviderFilterPushDown::Inexact
+            } else {
+                TableProviderFilterPushDown::Unsupported
+            }
+        })
+        .collect()
+}
 
 /// `col op literal` or `literal op col`, normalized to `col op literal`.
 pub(crate) fn column_cmp(

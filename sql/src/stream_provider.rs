@@ -32,7 +32,7 @@ use sluice_storage::BatchMeta;
 use crate::catalog::Stream;
 use crate::definition::{OFFSET_COLUMN, TS_COLUMN};
 use crate::error::Error;
-use crate::pushdown::column_cmp;
+use crate::pushdown::{column_cmp, inexact_where};
 
 /// The table provider of one stream.
 #[derive(Debug)]
@@ -216,16 +216,7 @@ impl TableProvider for StreamTable {
         &self,
         filters: &[&Expr],
     ) -> DFResult<Vec<TableProviderFilterPushDown>> {
-        Ok(filters
-            .iter()
-            .map(|f| {
-                if is_bound_filter(f) {
-                    TableProviderFilterPushDown::Inexact
-                } else {
-                    TableProviderFilterPushDown::Unsupported
-                }
-            })
-            .collect())
+        Ok(inexact_where(filters, is_bound_filter))
     }
 
     async fn scan(

@@ -26,7 +26,7 @@ use datafusion::scalar::ScalarValue;
 
 use super::store::TableStore;
 use super::{codec, Table, TxnTables, KEY_COLUMN};
-use crate::pushdown::column_cmp;
+use crate::pushdown::{column_cmp, inexact_where};
 
 /// The provider of one table in one session.
 #[derive(Debug)]
@@ -120,19 +120,11 @@ impl TableProvider for TableScan {
         &self,
         filters: &[&Expr],
     ) -> DFResult<Vec<TableProviderFilterPushDown>> {
-        Ok(filters
-            .iter()
-            .map(|f| {
-                let all_keys = datafusion::logical_expr::utils::split_conjunction(f)
-                    .iter()
-                    .all(|c| self.key_equality(c).is_some());
-                if all_keys {
-                    TableProviderFilterPushDown::Inexact
-                } else {
-                    TableProviderFilterPushDown::Unsupported
-                }
-            })
-            .collect())
+        Ok(inexact_where(filters, |f| {
+            datafusion::logical_expr::utils::split_conjunction(f)
+                .iter()
+                .all(|c| self.key_equality(c).is_some())
+        }))
     }
 
     async fn scan(
