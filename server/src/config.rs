@@ -25,6 +25,11 @@ pub struct ServeArgs {
     /// TOML file with any of these settings (keys as the flags, with underscores)
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Address of the Prometheus endpoint (`GET /metrics`), e.g. 127.0.0.1:9187; port 0
+    /// picks a free port. It has no authentication: keep it on loopback or behind a firewall
+    /// [default: off]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_listen: Option<String>,
     /// This node's id in the Raft group [default: 1]
     #[arg(long)]
     pub node_id: Option<u64>,
@@ -81,6 +86,7 @@ pub struct ServeArgs {
 struct FileConfig {
     data_dir: Option<PathBuf>,
     listen: Option<String>,
+    metrics_listen: Option<String>,
     node_id: Option<u64>,
     peers: Option<String>,
     join: Option<bool>,
@@ -144,6 +150,8 @@ const AUTHENTICATION_TIMEOUT_SECS: std::ops::RangeInclusive<u64> = 1..=600;
 pub struct Config {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
+    /// Where `GET /metrics` is served, if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
     pub node_id: u64,
     /// Raft address of every member, this node included; empty for a single node.
     pub peers: BTreeMap<u64, String>,
@@ -182,6 +190,12 @@ impl Config {
         let listen: SocketAddr = listen_text.parse().map_err(|e| {
             format!("--listen {listen_text}: {e} (expected HOST:PORT, e.g. 127.0.0.1:5499)")
         })?;
+        let metrics_listen = match args.metrics_listen.or(file.metrics_listen) {
+            Some(text) => Some(text.parse::<SocketAddr>().map_err(|e| {
+                format!("--metrics-listen {text}: {e} (expected HOST:PORT, e.g. 127.0.0.1:9187)")
+            })?),
+            None => None,
+        };
         let password = args.password.or(file.password);
         if password.as_deref() == Some("") {
             return Err(
@@ -245,6 +259,7 @@ impl Config {
                 .or(file.data_dir)
                 .unwrap_or_else(|| PathBuf::from("./sluice-data")),
             listen,
+            metrics_listen,
             password,
             max_connections: args
                 .max_connections

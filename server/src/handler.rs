@@ -1110,7 +1110,9 @@ pub struct Prepared {
 /// [`statement::PARSE_INLINE_BYTES`]: a big `IN` list or `VALUES`) takes DataFusion a second
 /// or more per megabyte to plan, so on a multi-threaded runtime its task turns this worker
 /// into a blocking thread for the time (`block_in_place`): the runtime starts another worker
-/// and the connection thread's other clients are served meanwhile.
+/// and the connection thread's other clients are served meanwhile. Long statements take
+/// turns ([`statement::long_statement_turn`]): each holds about a hundred times its size
+/// while it is planned.
 async fn off_the_connection_thread<F: std::future::Future>(len: usize, work: F) -> F::Output {
     use tokio::runtime::{Handle, RuntimeFlavor};
     let handle = Handle::current();
@@ -1118,6 +1120,7 @@ async fn off_the_connection_thread<F: std::future::Future>(len: usize, work: F) 
     {
         return work.await;
     }
+    let _turn = statement::long_statement_turn().await;
     tokio::task::block_in_place(|| handle.block_on(work))
 }
 
@@ -1146,7 +1149,7 @@ impl QueryParser for SluiceParser {
                     "statement exceeds max_statement_bytes",
                 ));
             }
-            let mut parsed = statement::parse_off_thread(sql).await?;
+            let mut parsed = s.parse_text(sql).await?;
             if parsed.len() > 1 {
                 return Err(sluice_sql::Error::syntax(
                     "cannot insert multiple commands into a prepared statement",

@@ -1,7 +1,7 @@
 //! The Postgres wire-protocol front end of Sluice: configuration, the
 //! accept loop and admission of connections (limit, authentication timeout,
 //! failed-login delays), the connection loop, the pgwire handlers, and the
-//! Arrow → PostgreSQL value encoding. A library so that the `sluice` binary
+//! Arrow → PostgreSQL value encoding, and the Prometheus endpoint. A library so that the `sluice` binary
 //! (`main.rs`) and the micro-benchmarks in `bench/` use the same code.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -16,6 +16,7 @@ pub mod copy_out;
 pub mod encode;
 pub mod errors;
 pub mod handler;
+pub mod metrics;
 pub mod panics;
 pub mod params;
 pub mod wire;

@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use sluice_server::admission::{self, Admission, Admit, REFUSALS};
 use sluice_server::config::{Config, ServeArgs};
 use sluice_server::handler::Backend;
-use sluice_server::{accept, connection, panics};
+use sluice_server::{accept, connection, metrics, panics};
 
 /// mimalloc: the hot paths (one INSERT, one COPY batch) allocate and free many small
 /// buffers across tokio worker threads, where glibc malloc spends a tenth of the CPU.
@@ -161,6 +161,21 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let shutdown = CancellationToken::new();
+    if let Some(metrics_addr) = config.metrics_listen {
+        let metrics_listener = TcpListener::bind(metrics_addr)
+            .await
+            .map_err(|e| format!("cannot listen on {metrics_addr} for metrics: {e}"))?;
+        let metrics_addr = metrics_listener.local_addr().map_err(|e| e.to_string())?;
+        tracing::info!(%metrics_addr, "metrics endpoint ready");
+        // before "listening on", which tests and scripts wait for
+        println!("metrics on {metrics_addr}");
+        tokio::spawn(metrics::serve(
+            metrics_listener,
+            engine.clone(),
+            shutdown.clone(),
+        ));
+    }
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "sluice ready");
     println!("listening on {addr}");
     let _ = std::io::stdout().flush();
@@ -176,7 +191,6 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
         config.max_connections,
     );
     let admission = Admission::new(config.max_connections, config.authentication_timeout);
-    let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
     tokio::spawn(watch_signals(shutdown.clone()));
 

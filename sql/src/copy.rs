@@ -40,7 +40,10 @@ fn parse_text(data: &str, delim: char, null: &str) -> Result<Vec<Vec<Option<Stri
             if f == null {
                 fields.push(None);
             } else {
-                fields.push(Some(unescape(&f).map_err(|e| at_line(e, lineno + 1))?));
+                fields.push(Some(unescape(&f).map_err(|e| {
+                    Error::new(sqlstate::CHARACTER_NOT_IN_REPERTOIRE, e)
+                        .with_detail(format!("COPY line {}", lineno + 1))
+                })?));
             }
         }
         rows.push(fields);
@@ -69,6 +72,8 @@ fn split_unescaped(line: &str, delim: char) -> Vec<String> {
     out
 }
 
+/// The text format's backslash escapes decoded. The only failure is an escape that makes
+/// bytes which are not UTF-8 (`\xff`): PostgreSQL's `22021`, not a malformed value.
 fn unescape(f: &str) -> std::result::Result<String, String> {
     if !f.contains('\\') {
         return Ok(f.to_string());
@@ -223,6 +228,19 @@ mod tests {
             null: String::new(),
             header: false,
         }
+    }
+
+    #[test]
+    fn escapes_that_make_bytes_which_are_not_utf8_are_22021_as_in_postgres() {
+        // PostgreSQL: ERROR: invalid byte sequence for encoding "UTF8": 0xff (22021)
+        for data in ["a\\xff\n", "\\377b\n", "ok\t\\xc3\n"] {
+            let e = parse_rows(data, &text()).unwrap_err();
+            assert_eq!(e.code, "22021", "{data:?}: {}", e.message);
+            assert!(e.message.contains("UTF8"), "{}", e.message);
+        }
+        // a valid two-byte sequence written as escapes is fine
+        let rows = parse_rows("\\xc3\\xa9\n", &text()).unwrap();
+        assert_eq!(rows[0], vec![Some("é".into())]);
     }
 
     #[test]

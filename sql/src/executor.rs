@@ -9,7 +9,9 @@
 //! runtime for queries ([`crate::EngineConfig::query_runtime`]) and a
 //! query's stream is produced there and handed over through a bounded
 //! channel of [`HANDOFF_BATCHES`] batches. [`spawn_stream`] does the same
-//! for any stream (the server encodes COPY data there).
+//! for any stream (the server encodes COPY data there), and [`run_on`] runs
+//! one piece of work there (a statement's SQL becomes a logical plan on the
+//! query runtime: deep statements take seconds of CPU to plan).
 //!
 //! Invariants: the consumer's stream owns the producing task, so dropping
 //! the stream (a client that disconnects or cancels) aborts the query;
@@ -26,6 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
+use crate::statement::sqlparser;
 
 /// Batches produced ahead of the consumer: enough to overlap producing
 /// and sending, small enough that a slow client holds back the scan.
@@ -60,6 +63,87 @@ pub async fn execute_stream(
     Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
 }
 
+/// Expressions and subqueries a statement may have to be planned where it is, on the
+/// connection thread (well under a millisecond); a bigger one is planned on the query
+/// runtime ([`run_on`]), where a thousand-term one may take seconds without holding up
+/// other clients, and a small one does not wait behind it.
+pub const PLAN_IN_PLACE_NODES: usize = 64;
+
+/// Memory DataFusion takes, at most, to plan one expression or subquery of a big statement
+/// (its logical plan, the optimizer's copies, the physical plan): measured at ~3.3 KiB for a
+/// 4 MB `VALUES` list (1.4 GB for 420,000 rows) and ~1.1 KiB for a 4 MB `IN` list. A
+/// statement over [`PLAN_IN_PLACE_NODES`] reserves this much per node from its memory
+/// limits while it is planned ([`planning_bytes`]), so that a long `VALUES` list is refused
+/// with `53200` rather than taking the server's memory.
+pub const PLANNING_BYTES_PER_NODE: usize = 4 << 10;
+
+/// Expressions and subqueries in `stmt`, counting no further than `stop`.
+fn nodes(stmt: &sqlparser::ast::Statement, stop: usize) -> usize {
+    use sqlparser::ast::{Expr, Query, Visit, Visitor};
+    use std::ops::ControlFlow;
+    struct Count(usize, usize);
+    impl Count {
+        fn one(&mut self) -> ControlFlow<()> {
+            self.0 += 1;
+            if self.0 > self.1 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        }
+    }
+    impl Visitor for Count {
+        type Break = ();
+        fn pre_visit_expr(&mut self, _: &Expr) -> ControlFlow<()> {
+            self.one()
+        }
+        fn pre_visit_query(&mut self, _: &Query) -> ControlFlow<()> {
+            self.one()
+        }
+    }
+    let mut count = Count(0, stop);
+    let _ = stmt.visit(&mut count);
+    count.0
+}
+
+/// Whether `stmt` is small enough to plan in place (see [`PLAN_IN_PLACE_NODES`]); stops
+/// counting at the limit.
+pub fn plans_in_place(stmt: &sqlparser::ast::Statement) -> bool {
+    nodes(stmt, PLAN_IN_PLACE_NODES) <= PLAN_IN_PLACE_NODES
+}
+
+/// Memory to reserve while `stmt` is planned: nothing for a small statement,
+/// [`PLANNING_BYTES_PER_NODE`] for each expression and subquery of a big one.
+pub fn planning_bytes(stmt: &sqlparser::ast::Statement) -> usize {
+    if plans_in_place(stmt) {
+        return 0;
+    }
+    nodes(stmt, usize::MAX).saturating_mul(PLANNING_BYTES_PER_NODE)
+}
+
+/// Runs `work` to its end as a task on `runtime` (or here, without one) and returns its
+/// output: planning a deep statement takes DataFusion seconds of CPU, which must not hold up
+/// the connection thread's other clients. Dropping the returned future (a cancel, a statement
+/// timeout, a client gone) aborts the task at its next await point; a panic in it comes back
+/// here, where the server's last resort catches it as it would in place.
+pub async fn run_on<F>(runtime: Option<&Handle>, work: F) -> Result<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let Some(runtime) = runtime else {
+        return Ok(work.await);
+    };
+    let mut task = AbortOnDrop(runtime.spawn(work));
+    match (&mut task.0).await {
+        Ok(out) => Ok(out),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(Error::internal(format!(
+            "the planning task was stopped: {e}"
+        ))),
+    }
+}
+
 /// Polls `stream` in a task on `runtime` and hands its items over through a
 /// channel of `capacity`: the producer runs at most that far ahead, and
 /// dropping the returned stream aborts the task.
@@ -88,10 +172,10 @@ where
     })
 }
 
-/// Aborts the producing task when the consumer's stream is dropped.
-struct AbortOnDrop(JoinHandle<()>);
+/// Aborts the task when the consumer (of its stream or output) is dropped.
+struct AbortOnDrop<T>(JoinHandle<T>);
 
-impl Drop for AbortOnDrop {
+impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
@@ -101,6 +185,52 @@ impl Drop for AbortOnDrop {
 mod tests {
     use super::*;
     use datafusion::prelude::SessionContext;
+
+    fn statement(sql: &str) -> sqlparser::ast::Statement {
+        match crate::statement::parse(sql).unwrap().remove(0) {
+            crate::statement::Parsed::Query(q) => *q,
+            other => panic!("not a query: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn small_statements_plan_in_place_and_big_ones_do_not() {
+        assert!(plans_in_place(&statement("SELECT 1")));
+        assert!(plans_in_place(&statement(
+            "SELECT a, count(*) FROM t WHERE b > $1 AND c = 'x' GROUP BY a ORDER BY 2 LIMIT 10"
+        )));
+        let unions = vec!["SELECT 1"; 40].join(" UNION ALL ");
+        assert!(!plans_in_place(&statement(&unions)));
+        let ands = format!("SELECT {}", vec!["true"; 100].join(" AND "));
+        assert!(!plans_in_place(&statement(&ands)));
+        assert_eq!(planning_bytes(&statement("SELECT 1")), 0);
+        let rows: Vec<String> = (0..1000).map(|i| format!("({i})")).collect();
+        let values = format!("SELECT count(*) FROM (VALUES {}) AS t(a)", rows.join(","));
+        let bytes = planning_bytes(&statement(&values));
+        assert!(
+            (1000 * PLANNING_BYTES_PER_NODE..1100 * PLANNING_BYTES_PER_NODE).contains(&bytes),
+            "{bytes}"
+        );
+    }
+
+    #[tokio::test]
+    async fn run_on_returns_the_output_and_brings_a_panic_back() {
+        let rt = query_runtime();
+        let here = std::thread::current().id();
+        let there = run_on(Some(rt.handle()), async { std::thread::current().id() })
+            .await
+            .unwrap();
+        assert_ne!(here, there, "the work ran on the other runtime");
+        assert_eq!(run_on(None, async { 7 }).await.unwrap(), 7);
+        let handle = rt.handle().clone();
+        let panicked =
+            tokio::spawn(
+                async move { run_on(Some(&handle), async { panic!("planner bug") }).await },
+            )
+            .await;
+        assert!(panicked.unwrap_err().is_panic());
+        rt.shutdown_background();
+    }
 
     fn query_runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread()

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::execution::context::SessionContext;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -267,9 +268,21 @@ impl Session {
         if sql.len() > max {
             return Err(self.fail_block(statement_too_long(sql.len(), max)));
         }
-        statement::parse_off_thread(sql)
-            .await
-            .map_err(|e| self.fail_block(e))
+        let parsed = self.parse_text(sql).await;
+        parsed.map_err(|e| self.fail_block(e))
+    }
+
+    /// [`statement::parse_off_thread`], with the memory parsing a long statement takes
+    /// reserved from the statement's and the server's limits while it is parsed (`53200`
+    /// when they have no room): [`statement::PARSING_BYTES_PER_BYTE`] for each byte of a
+    /// statement over [`statement::PARSE_INLINE_BYTES`].
+    pub async fn parse_text(&self, sql: &str) -> Result<Vec<Parsed>> {
+        let reservation = MemoryConsumer::new("parsing a statement")
+            .register(&self.ctx.runtime_env().memory_pool);
+        if sql.len() > statement::PARSE_INLINE_BYTES {
+            reservation.try_grow(sql.len().saturating_mul(statement::PARSING_BYTES_PER_BYTE))?;
+        }
+        statement::parse_off_thread(sql).await
     }
 
     /// Run every statement of a simple-protocol query, stopping at the
@@ -421,16 +434,36 @@ impl Session {
         Ok(())
     }
 
-    /// Plan a statement with DataFusion in this session's context.
+    /// Plan a statement with DataFusion in this session's context: a small one here, a big
+    /// one on the query runtime ([`crate::executor::plans_in_place`]): a statement thousands
+    /// of terms long or hundreds of set operations deep takes seconds to plan, which must
+    /// not hold up the connection thread's other clients.
     async fn plan(&self, stmt: &Statement) -> Result<LogicalPlan> {
+        Ok(self.plan_reserved(stmt).await?.0)
+    }
+
+    /// [`Session::plan`], with the memory the plan's making may take reserved from the
+    /// statement's and the server's limits ([`crate::executor::planning_bytes`]; `53200`
+    /// when they have no room); the reservation is the caller's to hold until the plan has
+    /// also been optimized and started.
+    async fn plan_reserved(&self, stmt: &Statement) -> Result<(LogicalPlan, MemoryReservation)> {
+        let reservation = MemoryConsumer::new("planning a statement")
+            .register(&self.ctx.runtime_env().memory_pool);
+        reservation.try_grow(crate::executor::planning_bytes(stmt))?;
         let state = self.ctx.state();
-        Ok(state
-            .statement_to_plan(DFStatement::Statement(Box::new(with_unique_names(stmt))))
-            .await?)
+        let in_place = crate::executor::plans_in_place(stmt);
+        let stmt = DFStatement::Statement(Box::new(with_unique_names(stmt)));
+        if in_place {
+            return Ok((state.statement_to_plan(stmt).await?, reservation));
+        }
+        let planning = async move { state.statement_to_plan(stmt).await };
+        let plan = crate::executor::run_on(self.engine.query_runtime.as_ref(), planning).await??;
+        Ok((plan, reservation))
     }
 
     async fn query(&mut self, stmt: &Statement, params: &[ScalarValue]) -> Result<Output> {
-        let mut plan = self.plan(stmt).await?;
+        // held until the plan is optimized and started (`execute_stream` below)
+        let (mut plan, _planning) = self.plan_reserved(stmt).await?;
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
         }

@@ -131,13 +131,34 @@ pub enum CopyFormat {
 /// (parsing takes about a second per megabyte).
 pub const PARSE_INLINE_BYTES: usize = 64 << 10;
 
+/// Memory parsing takes per byte of a long statement, at most: its tokens, the rewritten
+/// text and sqlparser's tree (a 4 MB `VALUES` list took about 1 GB). Reserved from the
+/// statement's memory limits by `Session::parse_text`.
+pub const PARSING_BYTES_PER_BYTE: usize = 256;
+
+/// A turn to parse or plan a statement longer than [`PARSE_INLINE_BYTES`]: one at a time in
+/// the server. While it is parsed and planned a statement takes about a hundred times its
+/// size in memory (a 4 MB `IN` list becomes a large expression tree, copied by the
+/// optimizer), so taking turns bounds that to one statement's worth (README: memory bound),
+/// and keeps such work to one query thread. Waiting is an await point: a cancel or
+/// `statement_timeout` stops it.
+pub async fn long_statement_turn() -> tokio::sync::SemaphorePermit<'static> {
+    static TURNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+    TURNS
+        .acquire()
+        .await
+        .expect("the long-statement semaphore is never closed")
+}
+
 /// [`parse`], on one of the runtime's blocking threads when `sql` is long, so that a
 /// multi-megabyte statement does not hold up the other clients of the connection thread
-/// (blocking threads have the same stack as the workers: see [`crate::complexity`]).
+/// (blocking threads have the same stack as the workers: see [`crate::complexity`]), in its
+/// turn ([`long_statement_turn`]).
 pub async fn parse_off_thread(sql: &str) -> Result<Vec<Parsed>> {
     if sql.len() <= PARSE_INLINE_BYTES {
         return parse(sql);
     }
+    let _turn = long_statement_turn().await;
     let sql = sql.to_owned();
     match tokio::task::spawn_blocking(move || parse(&sql)).await {
         Ok(parsed) => parsed,

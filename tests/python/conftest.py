@@ -19,6 +19,7 @@ import pytest
 STARTUP_TIMEOUT = 60
 SHUTDOWN_TIMEOUT = 30
 LISTENING = re.compile(r"listening on (\[[0-9a-fA-F:]+\]|[0-9.]+):(\d+)")
+METRICS = re.compile(r"metrics on (\[[0-9a-fA-F:]+\]|[0-9.]+):(\d+)")
 WORKSPACE = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -37,15 +38,17 @@ def sluice_binary() -> pathlib.Path:
 class SluiceServer:
     """A `sluice serve` process; its output is echoed to stderr."""
 
-    def __init__(self, data_dir: pathlib.Path):
+    def __init__(self, data_dir: pathlib.Path, extra_args=()):
         self.data_dir = data_dir
+        self.extra_args = list(extra_args)
         self.process = None
         self.port = None
+        self.metrics_port = None
 
     def start(self) -> None:
         self.process = subprocess.Popen(
             [str(sluice_binary()), "serve", "--data-dir", str(self.data_dir),
-             "--listen", "127.0.0.1:0"],
+             "--listen", "127.0.0.1:0", *self.extra_args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -67,6 +70,9 @@ class SluiceServer:
         announced = False
         for line in self.process.stdout:
             sys.stderr.write(f"[sluice] {line}")
+            metrics = METRICS.search(line)
+            if metrics:
+                self.metrics_port = int(metrics.group(2))
             match = LISTENING.search(line)
             if match and not announced:
                 announced = True

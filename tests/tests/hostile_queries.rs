@@ -552,6 +552,100 @@ async fn a_long_statement_does_not_hold_up_other_clients_while_it_is_parsed() {
     );
 }
 
+/// Before: a statement short in bytes but deep in structure (900 chained CTEs, 26 KB) was
+/// planned on the connection thread — one on a 2-core machine — for about a second, and
+/// every other client of that thread, writers included, waited: an INSERT sent while the
+/// statement was prepared (Parse and Describe plan it) was acknowledged after it (checked
+/// against the old binary). Now a big statement is planned on the query runtime and the
+/// INSERT comes back first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deep_statement_is_planned_without_holding_up_writers() {
+    let server = Server::start().await;
+    let deep = server.client().await;
+    let writer = server.client().await;
+    exec(&writer, "CREATE STREAM beside_deep (v int)").await;
+    let ctes: Vec<String> = (1..=900)
+        .map(|i| format!("c{i} AS (SELECT x FROM c{})", i - 1))
+        .collect();
+    let sql = format!(
+        "WITH c0 AS (SELECT 1 AS x), {} SELECT x FROM c900",
+        ctes.join(", ")
+    );
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let deep_done = done_tx.clone();
+    let planning = tokio::spawn(async move {
+        let r = deep.prepare(&sql).await.map(|s| s.columns().len());
+        let _ = deep_done.send("deep");
+        r
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let insert = tokio::spawn(async move {
+        let r = writer
+            .simple_query("INSERT INTO beside_deep (v) VALUES (1)")
+            .await;
+        let _ = done_tx.send("insert");
+        r
+    });
+    let first = tokio::time::timeout(STOPS_WITHIN * 6, done_rx.recv())
+        .await
+        .expect("an answer")
+        .expect("a sender");
+    let columns = planning.await.expect("join").expect("the deep statement plans");
+    assert_eq!(columns, 1);
+    insert.await.expect("join").expect("INSERT");
+    assert_eq!(
+        first, "insert",
+        "the INSERT waited for the deep statement's plan"
+    );
+}
+
+/// Before: parsing and planning a long statement took memory no limit counted — a 4 MB
+/// `VALUES` list took the server to 1.4 GB whatever `max_statement_memory` said. Now
+/// parsing a statement over 64 KiB reserves 256 bytes per byte of it, and planning a big
+/// statement 4 KiB per expression, from the statement's limits: past them it is `53200`,
+/// and what fits still runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn parsing_and_planning_a_long_statement_count_against_its_memory_limit() {
+    let server = Server::start_with(&[
+        "--max-statement-memory",
+        "64MB",
+        "--max-query-memory",
+        "128MB",
+    ])
+    .await;
+    let client = server.client().await;
+    let values = |n: usize| {
+        let rows: Vec<String> = (0..n).map(|i| format!("({})", 100_000 + i)).collect();
+        format!("SELECT count(*) FROM (VALUES {}) AS t(a)", rows.join(","))
+    };
+    // ~900 KB: parsing it would need ~230 MB
+    let err = client
+        .simple_query(&values(100_000))
+        .await
+        .expect_err("over the statement's memory");
+    assert_eq!(code_of(&err), "53200", "{err:?}");
+    assert!(
+        error_message(&err).contains("parsing a statement"),
+        "{err:?}"
+    );
+    // ~55 KB, parsed in place; planning its 6,000 rows takes ~24 MB: fits in 64MB
+    let fits = values(6_000);
+    assert!(fits.len() < 64 << 10);
+    assert_eq!(text_rows(&client, &fits).await, [["6000"]]);
+    // and not in 16MB
+    exec(&client, "SET max_statement_memory = '16MB'").await;
+    let err = client
+        .simple_query(&fits)
+        .await
+        .expect_err("over the lowered limit");
+    assert_eq!(code_of(&err), "53200", "{err:?}");
+    assert!(
+        error_message(&err).contains("planning a statement"),
+        "{err:?}"
+    );
+    others_served(&server).await;
+}
+
 /// Before: a text parameter or COPY data that was not UTF-8 was refused with `22P02`;
 /// PostgreSQL says `22021` (invalid byte sequence), and so does the server now.
 #[tokio::test(flavor = "multi_thread")]

@@ -210,3 +210,151 @@ async fn size_retention_is_applied_identically_on_every_node() {
         retained_rows_intact(c, "q", first, &acked).await;
     }
 }
+
+/// Issue 23, acceptance 1: a stream with `retention = '2 seconds'` and small segments,
+/// written continuously for 20 s on a 3-node cluster. While it is written its bytes stay
+/// bounded on every node (sampled twice a second: never more than the last seconds' rows
+/// and a few segments, against the ~20 s of rows written); `first_offset` only moves
+/// forward on each node, and at rest every node has the same first offset and the same
+/// retained rows, every acknowledged one from there on; a cursor on a follower that falls
+/// behind the retained range gets `22023` naming the first retained offset.
+#[tokio::test(flavor = "multi_thread")]
+async fn time_retention_bounds_a_stream_written_for_20s_on_every_node() {
+    const WRITE_FOR: Duration = Duration::from_secs(20);
+    let cluster = Cluster::start(3, false, &["--segment-bytes", "4096"]).await;
+    let leader = cluster
+        .wait_leader(&[1, 2, 3], None, Duration::from_secs(30))
+        .await;
+    let follower = [1, 2, 3]
+        .into_iter()
+        .find(|&id| id != leader)
+        .expect("a follower");
+    let writer = cluster.client(leader).await;
+    exec(
+        &writer,
+        "CREATE STREAM w (n bigint, v text) WITH (retention = '2 seconds')",
+    )
+    .await;
+    exec(&writer, "INSERT INTO w (n, v) VALUES (-1, 'first')").await;
+    let reader = cluster.client(follower).await;
+    let until_there = Instant::now() + ACTS_WITHIN;
+    while text_rows(&reader, "SELECT count(*) FROM w").await != [["1"]] {
+        assert!(Instant::now() < until_there, "the follower never saw row 0");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    exec(&reader, "BEGIN").await;
+    exec(
+        &reader,
+        "DECLARE c CURSOR FOR SELECT offset, n FROM w WHERE offset >= 0",
+    )
+    .await;
+    assert_eq!(text_rows(&reader, "FETCH 1 FROM c").await, [["0", "-1"]]);
+
+    // sample every node's shape while the writer runs
+    let samplers: Vec<Client> = {
+        let mut v = Vec::new();
+        for id in [1, 2, 3] {
+            v.push(cluster.client(id).await);
+        }
+        v
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampling = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut seen: Vec<Vec<(i64, i64, i64)>> = vec![Vec::new(); samplers.len()];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for (i, c) in samplers.iter().enumerate() {
+                    seen[i].push(shape(c, "w").await);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            seen
+        })
+    };
+    let acked = write_for(&writer, "w", WRITE_FOR).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = sampling.await.expect("sampler");
+    let written = acked.len() as i64 * 310;
+    assert!(written > 200 * 1024, "only {} rows written", acked.len());
+    for (node, shapes) in seen.iter().enumerate() {
+        assert!(
+            shapes.len() >= 20,
+            "node {}: {} samples",
+            node + 1,
+            shapes.len()
+        );
+        assert!(
+            shapes.windows(2).all(|w| w[0].0 <= w[1].0),
+            "node {}: first_offset went back: {shapes:?}",
+            node + 1
+        );
+        assert!(
+            shapes.last().expect("samples").0 > 0,
+            "node {}: nothing was cut while writing: {shapes:?}",
+            node + 1
+        );
+        // past the first seconds, the stream holds a few seconds of rows, not all of them
+        let later_max = shapes[shapes.len() / 2..]
+            .iter()
+            .map(|s| s.1)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            later_max <= written / 3,
+            "node {}: {later_max} bytes held of {written} written: {shapes:?}",
+            node + 1
+        );
+    }
+    // at rest every node reaches one cut and holds the same rows, all acknowledged ones
+    let clients = [
+        cluster.client(1).await,
+        cluster.client(2).await,
+        cluster.client(3).await,
+    ];
+    let deadline = Instant::now() + ACTS_WITHIN;
+    let first = loop {
+        let mut firsts = Vec::new();
+        for c in &clients {
+            firsts.push(shape(c, "w").await.0);
+        }
+        if firsts.iter().all(|f| *f == firsts[0]) && firsts[0] > 0 {
+            let next: Vec<Vec<Vec<String>>> = {
+                let mut v = Vec::new();
+                for c in &clients {
+                    v.push(
+                        text_rows(c, "SELECT next_offset FROM sluice_streams WHERE name = 'w'")
+                            .await,
+                    );
+                }
+                v
+            };
+            if next.iter().all(|n| *n == next[0]) {
+                break firsts[0];
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nodes not at one cut: {firsts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut contents = Vec::new();
+    for c in &clients {
+        retained_rows_intact(c, "w", first, &acked).await;
+        contents.push(text_rows(c, "SELECT offset, n FROM w ORDER BY offset").await);
+    }
+    assert!(
+        contents.iter().all(|c| *c == contents[0]),
+        "nodes hold different rows"
+    );
+    let err = reader
+        .simple_query("FETCH 100 FROM c")
+        .await
+        .expect_err("left behind");
+    assert_eq!(err.code().map(|c| c.code()), Some("22023"), "{err:?}");
+    assert!(
+        sluice_tests::error_message(&err).contains("first retained offset is"),
+        "{err:?}"
+    );
+}

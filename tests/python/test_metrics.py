@@ -1,0 +1,129 @@
+"""The Prometheus endpoint (`--metrics-listen`), scraped with `curl` as a monitoring
+system would, and parsed with the Prometheus client library's own text parser: stream
+shape, counters, the Raft role and each consumer's lag after it commits an offset."""
+
+import re
+import socket
+import subprocess
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import SluiceServer
+
+# One sample line of the text format 0.0.4: name, optional labels, a value.
+SAMPLE = re.compile(
+    r'^[a-zA-Z_:][a-zA-Z0-9_:]*'
+    r'(\{[a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*"(,[a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*")*\})?'
+    r' [-+]?([0-9.]+([eE][-+]?[0-9]+)?|NaN|Inf)$'
+)
+
+
+@pytest.fixture
+def server(tmp_path):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    s = SluiceServer(data_dir, ["--metrics-listen", "127.0.0.1:0"])
+    s.start()
+    try:
+        assert s.metrics_port, "the server did not print `metrics on HOST:PORT`"
+        yield s
+    finally:
+        s.stop()
+
+
+def curl(port, path="/metrics", *args):
+    """Status line, headers and body of `curl -i`."""
+    out = subprocess.run(
+        ["curl", "-sS", "-i", "--max-time", "10", *args, f"http://127.0.0.1:{port}{path}"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    head, _, body = out.partition("\r\n\r\n")
+    return head, body
+
+
+def scrape(port):
+    head, body = curl(port)
+    assert head.startswith("HTTP/1.1 200"), head
+    assert "content-type: text/plain; version=0.0.4" in head.lower()
+    for line in body.splitlines():
+        assert line.startswith("# HELP ") or line.startswith("# TYPE ") or SAMPLE.match(line), line
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    samples = {}
+    for family in families.values():
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return families, samples
+
+
+def test_metrics_show_streams_counters_and_consumer_lag(server):
+    with server.connect(autocommit=True) as conn:
+        conn.execute("CREATE STREAM orders (item text)")
+        for i in range(10):
+            conn.execute("INSERT INTO orders (item) VALUES (%s)", (f"i{i}",))
+        last = conn.execute('SELECT max("offset") FROM orders').fetchone()[0]
+        conn.execute(
+            "INSERT INTO consumer_offsets (consumer, stream, \"offset\") VALUES ('billing', 'orders', %s)",
+            (last - 4,),
+        )
+
+        families, samples = scrape(server.metrics_port)
+        stream = (("stream", "orders"),)
+        consumer = (("consumer", "billing"), ("stream", "orders"))
+        assert samples[("sluice_stream_next_offset", stream)] == last + 1
+        assert samples[("sluice_stream_segments", stream)] >= 1
+        assert samples[("sluice_consumer_offset", consumer)] == last - 4
+        assert samples[("sluice_consumer_lag", consumer)] == 4
+        assert samples[("sluice_appended_rows_total", ())] >= 10
+        assert samples[("sluice_raft_leader", ())] == 1
+        assert families["sluice_appended_rows"].type == "counter"
+        assert families["sluice_consumer_lag"].type == "gauge"
+
+        # the consumer catches up; more rows arrive
+        conn.execute(
+            "UPDATE consumer_offsets SET \"offset\" = %s WHERE consumer = 'billing' AND stream = 'orders'",
+            (last,),
+        )
+        _, samples = scrape(server.metrics_port)
+        assert samples[("sluice_consumer_lag", consumer)] == 0
+        conn.execute("INSERT INTO orders (item) VALUES ('late'), ('later')")
+        _, samples = scrape(server.metrics_port)
+        assert samples[("sluice_consumer_lag", consumer)] == 2
+
+
+def test_stream_and_consumer_names_are_escaped_as_label_values(server):
+    with server.connect(autocommit=True) as conn:
+        conn.execute('CREATE STREAM "we\\ird ""name""" (v int)')
+        conn.execute('INSERT INTO "we\\ird ""name""" (v) VALUES (1)')
+        conn.execute(
+            "INSERT INTO consumer_offsets (consumer, stream, \"offset\") "
+            "VALUES (E'a\"b\\\\c\\nd', 'we\\ird \"name\"', 0)"
+        )
+    _, samples = scrape(server.metrics_port)
+    assert samples[("sluice_stream_next_offset", (("stream", 'we\\ird "name"'),))] >= 1
+    assert (("sluice_consumer_lag", (("consumer", 'a"b\\c\nd'), ("stream", 'we\\ird "name"')))
+            in samples)
+
+
+def test_other_paths_methods_and_bad_requests_are_refused(server):
+    port = server.metrics_port
+    head, _ = curl(port, "/")
+    assert head.startswith("HTTP/1.1 404"), head
+    head, _ = curl(port, "/metrics", "-X", "POST")
+    assert head.startswith("HTTP/1.1 405"), head
+    head, body = curl(port, "/metrics", "-I")
+    assert head.startswith("HTTP/1.1 200"), head
+    # garbage and an oversized head get an answer or a closed socket, never a hang
+    for request in [b"\x00\x01garbage\r\n\r\n", b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000]:
+        with socket.create_connection(("127.0.0.1", port), timeout=15) as s:
+            s.sendall(request)
+            s.shutdown(socket.SHUT_WR)
+            answer = b""
+            try:
+                while chunk := s.recv(4096):
+                    answer += chunk
+            except ConnectionResetError:
+                pass  # closed with the rest of the request unread
+            assert answer == b"" or answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 431")), answer[:80]
+    # and it still serves
+    scrape(port)
