@@ -199,7 +199,7 @@ mod tests {
         assert!(plans_in_place(&statement(
             "SELECT a, count(*) FROM t WHERE b > $1 AND c = 'x' GROUP BY a ORDER BY 2 LIMIT 10"
         )));
-        let unions = vec!["SELECT 1"; 40].join(" UNION ALL ");
+        let unions = vec!["SELECT 1"; 100].join(" UNION ALL ");
         assert!(!plans_in_place(&statement(&unions)));
         let ands = format!("SELECT {}", vec!["true"; 100].join(" AND "));
         assert!(!plans_in_place(&statement(&ands)));
@@ -241,7 +241,7 @@ mod tests {
     }
 
     /// `sql` started on `rt` through [`execute_stream`].
-    async fn run_on(rt: &tokio::runtime::Runtime, sql: &str) -> SendableRecordBatchStream {
+    async fn started_on(rt: &tokio::runtime::Runtime, sql: &str) -> SendableRecordBatchStream {
         let df = SessionContext::new().sql(sql).await.unwrap();
         execute_stream(Some(rt.handle()), df).await.unwrap()
     }
@@ -249,7 +249,7 @@ mod tests {
     #[tokio::test]
     async fn a_query_streams_from_the_query_runtime() {
         let rt = query_runtime();
-        let stream = run_on(
+        let stream = started_on(
             &rt,
             "SELECT count(*) AS n, sum(v) AS s FROM generate_series(1, 100000) AS t(v)",
         )
@@ -270,7 +270,7 @@ mod tests {
     #[tokio::test]
     async fn an_error_while_running_reaches_the_consumer() {
         let rt = query_runtime();
-        let stream = run_on(&rt, "SELECT v / (v - v) FROM generate_series(1, 3) AS t(v)").await;
+        let stream = started_on(&rt, "SELECT v / (v - v) FROM generate_series(1, 3) AS t(v)").await;
         let items: Vec<_> = stream.collect().await;
         let err = items.into_iter().find_map(|b| b.err()).unwrap();
         assert!(err.to_string().contains("Divide by zero"), "{err}");
@@ -280,7 +280,8 @@ mod tests {
     #[tokio::test]
     async fn dropping_the_stream_stops_the_query() {
         let rt = query_runtime();
-        let mut stream = run_on(&rt, "SELECT v FROM generate_series(1, 1000000000) AS t(v)").await;
+        let mut stream =
+            started_on(&rt, "SELECT v FROM generate_series(1, 1000000000) AS t(v)").await;
         assert!(stream.next().await.unwrap().is_ok());
         drop(stream);
         // the producer was aborted: the runtime has no task left

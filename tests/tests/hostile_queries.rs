@@ -590,7 +590,10 @@ async fn a_deep_statement_is_planned_without_holding_up_writers() {
         .await
         .expect("an answer")
         .expect("a sender");
-    let columns = planning.await.expect("join").expect("the deep statement plans");
+    let columns = planning
+        .await
+        .expect("join")
+        .expect("the deep statement plans");
     assert_eq!(columns, 1);
     insert.await.expect("join").expect("INSERT");
     assert_eq!(
