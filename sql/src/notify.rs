@@ -98,7 +98,13 @@ impl Hub {
 #[derive(Debug)]
 pub enum Control {
     /// Start sending a notification per committed row of this stream.
-    Follow(Arc<Stream>),
+    /// Follow a stream from `from`: the stream's next offset when LISTEN ran, so that a
+    /// row committed after LISTEN returned is sent even if it commits before the
+    /// dispatcher reads this (it used to take the position then, and skip such rows).
+    Follow {
+        stream: Arc<Stream>,
+        from: u64,
+    },
     Unfollow(String),
 }
 
@@ -185,9 +191,9 @@ async fn run(
             }
             c = control.recv() => match c {
                 None => return,
-                Some(Control::Follow(stream)) => {
+                Some(Control::Follow { stream, from }) => {
                     let advanced = stream.subscribe();
-                    let pos = stream.log.next_offset();
+                    let pos = from;
                     followers.insert(stream.name().to_string(), Follower { stream, pos, advanced });
                 }
                 Some(Control::Unfollow(name)) => {

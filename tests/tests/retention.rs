@@ -213,8 +213,8 @@ async fn size_retention_is_applied_identically_on_every_node() {
 
 /// Issue 23, acceptance 1: a stream with `retention = '2 seconds'` and small segments,
 /// written continuously for 20 s on a 3-node cluster. While it is written its bytes stay
-/// bounded on every node (sampled twice a second: never more than the last seconds' rows
-/// and a few segments, against the ~20 s of rows written); `first_offset` only moves
+/// bounded on every node (sampled twice a second: late in the run no more than twice what
+/// the stream held in its first seconds, where without retention it would keep growing); `first_offset` only moves
 /// forward on each node, and at rest every node has the same first offset and the same
 /// retained rows, every acknowledged one from there on; a cursor on a follower that falls
 /// behind the retained range gets `22023` naming the first retained offset.
@@ -275,8 +275,7 @@ async fn time_retention_bounds_a_stream_written_for_20s_on_every_node() {
     let acked = write_for(&writer, "w", WRITE_FOR).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let seen = sampling.await.expect("sampler");
-    let written = acked.len() as i64 * 310;
-    assert!(written > 200 * 1024, "only {} rows written", acked.len());
+    assert!(acked.len() > 1000, "only {} rows written", acked.len());
     for (node, shapes) in seen.iter().enumerate() {
         assert!(
             shapes.len() >= 20,
@@ -294,15 +293,21 @@ async fn time_retention_bounds_a_stream_written_for_20s_on_every_node() {
             "node {}: nothing was cut while writing: {shapes:?}",
             node + 1
         );
-        // past the first seconds, the stream holds a few seconds of rows, not all of them
+        // bounded: once retention acts (by the first quarter of the run) the stream stops
+        // growing — without it the last samples would hold about four times the early ones
+        let early = shapes[..shapes.len() / 4]
+            .iter()
+            .map(|s| s.1)
+            .max()
+            .unwrap_or(0);
         let later_max = shapes[shapes.len() / 2..]
             .iter()
             .map(|s| s.1)
             .max()
             .unwrap_or(0);
         assert!(
-            later_max <= written / 3,
-            "node {}: {later_max} bytes held of {written} written: {shapes:?}",
+            later_max <= 2 * early + 64 * 1024,
+            "node {}: {later_max} bytes late in the run against {early} early: {shapes:?}",
             node + 1
         );
     }

@@ -21,7 +21,8 @@ impl Session {
                 .hub
                 .subscribe(channel, self.id, dispatcher.inbox.clone());
             if let Some(stream) = self.engine.catalog.get(channel) {
-                dispatcher.control(notify::Control::Follow(stream));
+                let from = stream.log.next_offset();
+                dispatcher.control(notify::Control::Follow { stream, from });
             }
             self.listeners.insert(channel.to_string());
         }
