@@ -3,8 +3,9 @@
 //! Precedence: a flag given on the command line wins over the config file,
 //! which wins over the default. Defaults are safe: loopback only, fsync on,
 //! and a server listening beyond loopback refuses to start without a
-//! password. An empty password is refused wherever it comes from (flag,
-//! `SLUICE_PASSWORD`, file): it would be no password at all.
+//! password, and without TLS unless `--allow-unencrypted` says so. An empty password is
+//! refused wherever it comes from (flag, `SLUICE_PASSWORD`, file): it would be no password
+//! at all.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -41,9 +42,28 @@ pub struct ServeArgs {
     /// (`ALTER CLUSTER ADD NODE id 'host:port'` on any member)
     #[arg(long)]
     pub join: bool,
-    /// Password required from clients (cleartext over the connection)
+    /// The superuser's initial password: with it every login authenticates with
+    /// SCRAM-SHA-256 (the password never crosses the connection); without it, loopback
+    /// clients are trusted
     #[arg(long, env = "SLUICE_PASSWORD")]
     pub password: Option<String>,
+    /// Name of the bootstrap superuser whose initial password `--password` sets
+    /// [default: sluice]
+    #[arg(long, value_name = "NAME")]
+    pub superuser: Option<String>,
+    /// PEM certificate chain (the server's certificate first): TLS on the client port
+    #[arg(long, value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert`
+    #[arg(long, value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates that client certificates must chain to (then shown in
+    /// `pg_stat_ssl`); without it no client certificate is asked for
+    #[arg(long, value_name = "PATH")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Let clients beyond loopback connect without TLS (refused by default)
+    #[arg(long)]
+    pub allow_unencrypted: bool,
     /// Maximum concurrent client connections, counted from accept (logged in or not)
     /// [default: 1000]
     #[arg(long)]
@@ -91,6 +111,11 @@ struct FileConfig {
     peers: Option<String>,
     join: Option<bool>,
     password: Option<String>,
+    superuser: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    allow_unencrypted: Option<bool>,
     max_connections: Option<usize>,
     authentication_timeout: Option<u64>,
     max_row_bytes: Option<usize>,
@@ -145,6 +170,14 @@ fn memory_limits(
 /// `authentication_timeout`'s bounds in seconds, PostgreSQL's.
 const AUTHENTICATION_TIMEOUT_SECS: std::ops::RangeInclusive<u64> = 1..=600;
 
+/// The files of the client port's TLS.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
 /// The resolved configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -158,6 +191,12 @@ pub struct Config {
     /// Start with no voters, waiting to be added.
     pub join: bool,
     pub password: Option<String>,
+    /// The bootstrap superuser, whose initial password is `password`.
+    pub superuser: String,
+    /// TLS on the client port.
+    pub tls: Option<TlsFiles>,
+    /// Clients beyond loopback may connect without TLS.
+    pub allow_unencrypted: bool,
     pub max_connections: usize,
     /// How long a connection may take from accept to the end of authentication.
     pub authentication_timeout: Duration,
@@ -210,6 +249,36 @@ impl Config {
                 "refusing to listen on {listen} without authentication: set --password (or SLUICE_PASSWORD), or listen on loopback"
             ));
         }
+        let tls = match (
+            args.tls_cert.or(file.tls_cert),
+            args.tls_key.or(file.tls_key),
+            args.tls_client_ca.or(file.tls_client_ca),
+        ) {
+            (Some(cert), Some(key), client_ca) => Some(TlsFiles {
+                cert,
+                key,
+                client_ca,
+            }),
+            (None, None, None) => None,
+            (None, None, Some(_)) => {
+                return Err("--tls-client-ca needs --tls-cert and --tls-key".into())
+            }
+            _ => return Err("--tls-cert and --tls-key go together: set both or neither".into()),
+        };
+        let allow_unencrypted = args.allow_unencrypted || file.allow_unencrypted.unwrap_or(false);
+        if !listen.ip().is_loopback() && tls.is_none() && !allow_unencrypted {
+            return Err(format!(
+                "refusing to listen on {listen} without TLS: set --tls-cert and --tls-key, or \
+                 --allow-unencrypted to let clients beyond loopback connect in the clear"
+            ));
+        }
+        let superuser = args
+            .superuser
+            .or(file.superuser)
+            .unwrap_or_else(|| "sluice".into());
+        if superuser.is_empty() {
+            return Err("--superuser: the name is empty".into());
+        }
         let node_id = args.node_id.or(file.node_id).unwrap_or(1);
         let peers = match args.peers.or(file.peers) {
             Some(text) => parse_peers(&text)?,
@@ -261,6 +330,9 @@ impl Config {
             listen,
             metrics_listen,
             password,
+            superuser,
+            tls,
+            allow_unencrypted,
             max_connections: args
                 .max_connections
                 .or(file.max_connections)
@@ -331,9 +403,43 @@ mod tests {
         let args = ServeArgs {
             listen: Some("0.0.0.0:5499".into()),
             password: Some("x".into()),
+            allow_unencrypted: true,
             ..Default::default()
         };
         assert!(Config::resolve(args).is_ok());
+    }
+
+    #[test]
+    fn non_loopback_requires_tls_unless_unencrypted_is_allowed() {
+        let public = |tls: bool, allow_unencrypted: bool| ServeArgs {
+            listen: Some("0.0.0.0:5499".into()),
+            password: Some("x".into()),
+            tls_cert: tls.then(|| "cert.pem".into()),
+            tls_key: tls.then(|| "key.pem".into()),
+            allow_unencrypted,
+            ..Default::default()
+        };
+        let err = Config::resolve(public(false, false)).unwrap_err();
+        assert!(
+            err.contains("without TLS") && err.contains("--tls-cert"),
+            "{err}"
+        );
+        assert!(Config::resolve(public(true, false)).is_ok());
+        assert!(Config::resolve(public(false, true)).is_ok());
+        for (cert, key, ca) in [
+            (true, false, false),
+            (false, true, false),
+            (false, false, true),
+        ] {
+            let err = Config::resolve(ServeArgs {
+                tls_cert: cert.then(|| "cert.pem".into()),
+                tls_key: key.then(|| "key.pem".into()),
+                tls_client_ca: ca.then(|| "ca.pem".into()),
+                ..Default::default()
+            })
+            .unwrap_err();
+            assert!(err.contains("--tls-"), "{err}");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use futures::SinkExt;
 use pgwire::api::{ClientInfo, PgWireConnectionState};
-use pgwire::error::PgWireError;
+use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::response::{NotificationResponse, TransactionStatus};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{
@@ -34,8 +34,10 @@ use tokio::sync::mpsc;
 use tokio_util::codec::Framed;
 
 use crate::admission::{self, Ticket};
+use crate::auth::ConnectionTls;
 use crate::handler::{Backend, Prepared, RawOut, SessionSlot};
 use crate::panics;
+use crate::tls;
 use crate::wire::{Reader, Refused};
 
 /// A client's socket with pgwire's codec.
@@ -51,16 +53,26 @@ pub async fn serve(
     ticket: Ticket,
 ) -> io::Result<()> {
     let deadline = ticket.deadline();
-    let negotiated =
-        tokio::time::timeout_at(deadline, negotiate_tls::<Arc<Prepared>>(tcp, None)).await;
+    let negotiated = tokio::time::timeout_at(
+        deadline,
+        negotiate_tls::<Arc<Prepared>>(tcp, backend.auth.tls_acceptor()),
+    )
+    .await;
     let mut socket = match negotiated {
         Ok(Ok(Some(socket))) => socket,
-        Ok(_) => return Ok(()),
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, "TLS negotiation failed: {e}");
+            return Ok(());
+        }
+        Ok(Ok(None)) => return Ok(()),
         Err(_) => {
             ticket.log_timeout(peer);
             return Ok(());
         }
     };
+
+    let ssl = tls::info(socket.get_ref());
+    socket.session_extensions().insert(ConnectionTls(ssl));
 
     let mut notifications: Option<mpsc::Receiver<Notification>> = None;
     let mut started = false;
@@ -167,12 +179,30 @@ pub async fn serve(
                     let until = deadline.min(tokio::time::Instant::now() + delay);
                     tokio::time::sleep_until(until).await;
                 }
-                Ok(()) => ticket.auth_delay().succeeded(peer.ip()),
+                // a SCRAM exchange's first message succeeds too: only a finished login counts
+                Ok(()) if matches!(socket.state(), PgWireConnectionState::ReadyForQuery) => {
+                    ticket.auth_delay().succeeded(peer.ip())
+                }
+                Ok(()) => {}
                 Err(_) => {}
             }
         }
         if let Err(e) = result {
-            process_error(&mut socket, e, is_extended).await?;
+            let info: ErrorInfo = e.into();
+            if info.is_fatal() {
+                // as PostgreSQL: the error, then the connection ends (pgwire's process_error
+                // would also send ReadyForQuery and leave this loop reading)
+                socket
+                    .send(PgWireBackendMessage::ErrorResponse(info.into()))
+                    .await?;
+                break;
+            }
+            process_error(
+                &mut socket,
+                PgWireError::UserError(Box::new(info)),
+                is_extended,
+            )
+            .await?;
         }
     }
     Ok(())

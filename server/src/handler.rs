@@ -46,7 +46,7 @@ use pgwire::messages::extendedquery::{
     TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::CommandComplete;
-use pgwire::messages::startup::Authentication;
+use pgwire::messages::startup::{Authentication, PasswordMessageFamily};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use sluice_sql::error::sqlstate;
 use sluice_sql::session::Description;
@@ -56,6 +56,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::{watch, Mutex};
 use tokio_util::codec::Framed;
 
+use crate::auth::{self, Auth, ConnectionTls, ScramSlot};
 use crate::copy_out::CopyOut;
 use crate::encode::{field_infos, pg_type, OutputContext, RowEncoder};
 use crate::errors::{error_info, fatal, user_error};
@@ -68,7 +69,7 @@ type CancelMap = Arc<std::sync::Mutex<HashMap<i32, (bytes::Bytes, watch::Sender<
 pub struct Backend {
     pub engine: Arc<Engine>,
     pub connections: Arc<ConnectionManager>,
-    pub password: Option<String>,
+    pub auth: Auth,
     pub max_connections: usize,
     active: Arc<AtomicUsize>,
     pids: RandomPidSecretKeyGenerator,
@@ -77,15 +78,11 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn new(
-        engine: Arc<Engine>,
-        password: Option<String>,
-        max_connections: usize,
-    ) -> Arc<Backend> {
+    pub fn new(engine: Arc<Engine>, auth: Auth, max_connections: usize) -> Arc<Backend> {
         Arc::new(Backend {
             engine,
             connections: Arc::new(ConnectionManager::new()),
-            password,
+            auth,
             max_connections,
             active: Arc::new(AtomicUsize::new(0)),
             pids: RandomPidSecretKeyGenerator::default(),
@@ -247,6 +244,12 @@ impl Backend {
         session.set_identity(&user, &database);
         session.set_backend_pid(pid);
         session.set_cancel_signal(cancel_rx);
+        session.set_ssl(
+            client
+                .session_extensions()
+                .get::<ConnectionTls>()
+                .and_then(|t| t.0.clone()),
+        );
         session
             .set_setting("application_name", &application_name)
             .map_err(startup_error)?;
@@ -347,38 +350,105 @@ impl StartupHandler for Backend {
             PgWireFrontendMessage::Startup(ref startup) => {
                 protocol_negotiation(client, startup).await?;
                 save_startup_parameters_to_metadata(client, startup);
-                if self.password.is_some() {
-                    client.set_state(PgWireConnectionState::AuthenticationInProgress);
-                    client
-                        .send(PgWireBackendMessage::Authentication(
-                            Authentication::CleartextPassword,
-                        ))
-                        .await?;
-                    Ok(())
-                } else {
-                    self.complete_startup(client).await
+                self.auth
+                    .check_transport(client.socket_addr(), client.is_secure())?;
+                if self.auth.trusts() {
+                    return self.complete_startup(client).await;
                 }
+                client.set_state(PgWireConnectionState::AuthenticationInProgress);
+                client.session_extensions().insert(ScramSlot::default());
+                let mechanisms = self.auth.mechanisms(client.is_secure());
+                client
+                    .send(PgWireBackendMessage::Authentication(Authentication::SASL(
+                        mechanisms,
+                    )))
+                    .await?;
+                Ok(())
             }
-            PgWireFrontendMessage::PasswordMessageFamily(pwd) => {
-                let given = pwd.into_password()?.password;
-                match &self.password {
-                    Some(expected) if *expected == given => self.complete_startup(client).await,
-                    _ => {
-                        let user = client
-                            .metadata()
-                            .get(METADATA_USER)
-                            .cloned()
-                            .unwrap_or_default();
-                        Err(fatal(
-                            sqlstate::INVALID_PASSWORD,
-                            &format!("password authentication failed for user \"{user}\""),
-                        ))
+            PgWireFrontendMessage::PasswordMessageFamily(msg) => {
+                let user = client
+                    .metadata()
+                    .get(METADATA_USER)
+                    .cloned()
+                    .unwrap_or_default();
+                let Some(slot) = client.session_extensions().get::<ScramSlot>() else {
+                    return Err(fatal(
+                        sqlstate::PROTOCOL_VIOLATION,
+                        "unexpected password message: no authentication was requested",
+                    ));
+                };
+                let started = slot.0.lock().ok().and_then(|mut s| s.take());
+                match started {
+                    None => {
+                        let (mechanism, data) = sasl_initial_response(msg)?;
+                        let mut exchange = self.auth.exchange(&user, client.is_secure());
+                        let first = exchange
+                            .client_first(&mechanism, &data)
+                            .map_err(|f| auth::failure(&user, f))?;
+                        if let Ok(mut s) = slot.0.lock() {
+                            *s = Some(exchange);
+                        }
+                        client
+                            .send(PgWireBackendMessage::Authentication(
+                                Authentication::SASLContinue(first.into()),
+                            ))
+                            .await?;
+                        Ok(())
+                    }
+                    Some(mut exchange) => {
+                        let response = msg
+                            .into_sasl_response()
+                            .map_err(|e| malformed_sasl(&e.to_string()))?;
+                        let last = exchange
+                            .client_final(&response.data)
+                            .map_err(|f| auth::failure(&user, f))?;
+                        client
+                            .send(PgWireBackendMessage::Authentication(
+                                Authentication::SASLFinal(last.into()),
+                            ))
+                            .await?;
+                        self.complete_startup(client).await
                     }
                 }
             }
             _ => Ok(()),
         }
     }
+}
+
+/// A password message that is not the SASL message expected (a cleartext password sent
+/// anyway, say): refused like PostgreSQL's "malformed SASL message".
+fn malformed_sasl(why: &str) -> PgWireError {
+    fatal(
+        sqlstate::PROTOCOL_VIOLATION,
+        &format!("malformed SASL message: {why}"),
+    )
+}
+
+/// A SASLInitialResponse's mechanism and data, read here because pgwire's decoder panics on
+/// a body too short for its length field (`String` NUL, `Int32` length or -1, bytes).
+fn sasl_initial_response(msg: PasswordMessageFamily) -> PgWireResult<(String, Vec<u8>)> {
+    let PasswordMessageFamily::Raw(body) = msg else {
+        return Err(malformed_sasl("not a SASLInitialResponse"));
+    };
+    let nul = body
+        .iter()
+        .position(|b| *b == 0)
+        .ok_or_else(|| malformed_sasl("no mechanism name"))?;
+    let mechanism = std::str::from_utf8(&body[..nul])
+        .map_err(|_| malformed_sasl("the mechanism name is not UTF-8"))?;
+    let rest = &body[nul + 1..];
+    let Some((len, data)) = rest.split_first_chunk::<4>() else {
+        return Err(malformed_sasl("no data length"));
+    };
+    let len = i32::from_be_bytes(*len);
+    if len == -1 && data.is_empty() {
+        return Ok((mechanism.to_string(), Vec::new()));
+    }
+    if usize::try_from(len).ok() != Some(data.len()) {
+        return Err(malformed_sasl("the data length does not match the message"));
+    }
+    Ok((mechanism.to_string(), data.to_vec()))
 }
 
 /// Turn one statement's output into a pgwire response.

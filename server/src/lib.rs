@@ -1,6 +1,6 @@
 //! The Postgres wire-protocol front end of Sluice: configuration, the
 //! accept loop and admission of connections (limit, authentication timeout,
-//! failed-login delays), the connection loop, the pgwire handlers, and the
+//! failed-login delays), TLS and SCRAM authentication, the connection loop, the pgwire handlers, and the
 //! Arrow → PostgreSQL value encoding, and the Prometheus endpoint. A library so that the `sluice` binary
 //! (`main.rs`) and the micro-benchmarks in `bench/` use the same code.
 
@@ -8,6 +8,7 @@
 
 pub mod accept;
 pub mod admission;
+pub mod auth;
 pub mod auth_delay;
 pub mod burst;
 pub mod config;
@@ -19,4 +20,6 @@ pub mod handler;
 pub mod metrics;
 pub mod panics;
 pub mod params;
+pub mod scram;
+pub mod tls;
 pub mod wire;

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use sluice_server::admission::{self, Admission, Admit, REFUSALS};
+use sluice_server::auth::Auth;
 use sluice_server::config::{Config, ServeArgs};
 use sluice_server::handler::Backend;
 use sluice_server::{accept, connection, metrics, panics};
@@ -150,6 +151,8 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
         statement_timeout: config.statement_timeout,
         ..Limits::default()
     };
+    // the TLS files are read before anything is opened, so a bad one stops the start at once
+    let auth = Auth::new(&config)?;
     let engine = Engine::open(engine_config)
         .map_err(|e| format!("cannot open {}: {e}", config.data_dir.display()))?;
     tokio::time::timeout(Duration::from_secs(600), engine.wait_ready())
@@ -185,11 +188,7 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
         panics::set_test_trigger(name);
     }
 
-    let backend = Backend::new(
-        engine.clone(),
-        config.password.clone(),
-        config.max_connections,
-    );
+    let backend = Backend::new(engine.clone(), auth, config.max_connections);
     let admission = Admission::new(config.max_connections, config.authentication_timeout);
     let tracker = TaskTracker::new();
     tokio::spawn(watch_signals(shutdown.clone()));

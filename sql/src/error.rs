@@ -64,6 +64,7 @@ pub mod sqlstate {
     pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
     pub const TOO_MANY_CONNECTIONS: &str = "53300";
     pub const INVALID_PASSWORD: &str = "28P01";
+    pub const INVALID_AUTHORIZATION_SPECIFICATION: &str = "28000";
 }
 
 /// An error with the SQLSTATE the client will see.

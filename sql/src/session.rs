@@ -173,6 +173,7 @@ impl Session {
                 engine.limits.max_statement_memory,
                 engine.limits.statement_timeout,
             ),
+            ..SessionVars::default()
         }));
         let tables = Arc::new(TxnTables::default());
         let memory = StatementMemory::new(
@@ -219,6 +220,12 @@ impl Session {
     /// The backend pid clients see in notifications from this session.
     pub fn set_backend_pid(&mut self, pid: i32) {
         self.notify.pid.store(pid, Ordering::Relaxed);
+        self.vars.write().pid = pid;
+    }
+
+    /// The connection's TLS as `pg_stat_ssl` shows it (`None`: a plain connection).
+    pub fn set_ssl(&mut self, ssl: Option<crate::settings::SslInfo>) {
+        self.vars.write().ssl = ssl;
     }
 
     /// The queue of notifications for this session's client (taken once).

@@ -23,6 +23,23 @@ pub struct SessionVars {
     pub database: String,
     /// Current values of the session's settings (what SHOW answers).
     pub settings: BTreeMap<String, String>,
+    /// The backend's process id as clients see it (`pg_backend_pid()`).
+    pub pid: i32,
+    /// The connection's TLS, `None` for a plain connection (`pg_stat_ssl`).
+    pub ssl: Option<SslInfo>,
+}
+
+/// What `pg_stat_ssl` shows of a TLS connection.
+#[derive(Debug, Clone, Default)]
+pub struct SslInfo {
+    /// `TLSv1.2` or `TLSv1.3`.
+    pub version: String,
+    pub cipher: String,
+    pub bits: i32,
+    /// The client certificate's subject, issuer and serial (hex), when one was sent.
+    pub client_dn: Option<String>,
+    pub issuer_dn: Option<String>,
+    pub client_serial: Option<String>,
 }
 
 pub type SharedVars = Arc<parking_lot::RwLock<SessionVars>>;

@@ -37,6 +37,12 @@ func serverURL(t *testing.T) string {
 	if url := os.Getenv("SLUICE_URL"); url != "" {
 		return url
 	}
+	return fmt.Sprintf("postgres://sluice@127.0.0.1:%s/sluice?sslmode=disable&connect_timeout=10", startSluice(t))
+}
+
+// startSluice starts a sluice server with extra `serve` flags and returns its port.
+func startSluice(t *testing.T, extra ...string) string {
+	t.Helper()
 	bin := os.Getenv("SLUICE_BIN")
 	if bin == "" {
 		bin = filepath.Join("..", "..", "target", "debug", "sluice")
@@ -44,7 +50,8 @@ func serverURL(t *testing.T) string {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("no sluice binary at %s (run `cargo build --bins` or set SLUICE_BIN): %v", bin, err)
 	}
-	cmd := exec.Command(bin, "serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0")
+	args := append([]string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "NO_COLOR=1")
 	output, outputWriter, err := os.Pipe()
 	if err != nil {
@@ -94,7 +101,7 @@ func serverURL(t *testing.T) string {
 		if !ok {
 			t.Fatal("sluice exited without printing `listening on HOST:PORT`")
 		}
-		return fmt.Sprintf("postgres://sluice@127.0.0.1:%s/sluice?sslmode=disable&connect_timeout=10", port)
+		return port
 	case <-time.After(60 * time.Second):
 		t.Fatal("sluice did not print `listening on HOST:PORT` within 60s")
 	}

@@ -94,6 +94,7 @@ fn catalog_parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
     let stmts = CATALOG_SQL.parse(&substitute(sql))?;
     Ok(stmts
         .into_iter()
+        .map(|s| super::rewrite::OwnRelations.rewrite(s))
         .map(|s| super::rewrite::PgFunctions.rewrite(s))
         .map(|s| super::rewrite::CaseSubqueries.rewrite(s))
         .map(|s| super::rewrite::AggregateScalarSubqueries.rewrite(s))
@@ -121,6 +122,7 @@ fn reads_catalogs(stmt: &Statement) -> bool {
                 [table] => {
                     datafusion_pg_catalog::pg_catalog::PG_CATALOG_TABLES.contains(&table.as_str())
                         || table == "pg_user"
+                        || super::rewrite::OWN_UNLISTED.contains(&table.as_str())
                 }
                 [] => false,
             };

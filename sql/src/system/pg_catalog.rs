@@ -15,6 +15,7 @@ use datafusion_pg_catalog::pg_catalog::{
 };
 
 use super::*;
+use crate::settings::SslInfo;
 
 /// Relations built here rather than taken from the crate.
 const OWN: &[&str] = &[
@@ -28,6 +29,7 @@ const OWN: &[&str] = &[
     "pg_user",
     "pg_index",
     "pg_constraint",
+    "pg_stat_ssl",
 ];
 
 #[derive(Debug)]
@@ -71,6 +73,7 @@ impl PgCatalog {
             "pg_user" => pg_user(&vars.user),
             "pg_index" => pg_index(&rels),
             "pg_constraint" => pg_constraint(&rels),
+            "pg_stat_ssl" => pg_stat_ssl(vars.pid, vars.ssl.as_ref()),
             _ => return Ok(None),
         };
         t.map(Some)
@@ -491,6 +494,45 @@ fn pg_user(user: &str) -> DFResult<Arc<dyn TableProvider>> {
         ScalarValue::TimestampMicrosecond(None, Some("UTC".into())),
         null_array(),
     ]);
+    t.build()
+}
+
+/// The session's own connection: whether it is encrypted and how (PostgreSQL lists every
+/// backend; a session here sees only its own).
+fn pg_stat_ssl(pid: i32, ssl: Option<&SslInfo>) -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = TableBuilder::new(vec![
+        int4("pid"),
+        boolean("ssl"),
+        text("version"),
+        text("cipher"),
+        int4("bits"),
+        text("client_dn"),
+        text("client_serial"),
+        text("issuer_dn"),
+    ]);
+    let opt = |v: Option<&String>| v.map(|v| s(v.as_str())).unwrap_or_else(null_s);
+    t.row(match ssl {
+        Some(ssl) => vec![
+            i4(pid),
+            b(true),
+            s(ssl.version.as_str()),
+            s(ssl.cipher.as_str()),
+            i4(ssl.bits),
+            opt(ssl.client_dn.as_ref()),
+            opt(ssl.client_serial.as_ref()),
+            opt(ssl.issuer_dn.as_ref()),
+        ],
+        None => vec![
+            i4(pid),
+            b(false),
+            null_s(),
+            null_s(),
+            null_i4(),
+            null_s(),
+            null_s(),
+            null_s(),
+        ],
+    });
     t.build()
 }
 

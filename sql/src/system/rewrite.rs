@@ -29,6 +29,39 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion_pg_catalog::sql::rules::SqlStatementRewriteRule;
 
+/// Unqualified names of Sluice's own pg_catalog relations that the crate's list
+/// (`PG_CATALOG_TABLES`, which its own rule qualifies) does not have.
+pub const OWN_UNLISTED: &[&str] = &["pg_stat_ssl"];
+
+/// Qualifies [`OWN_UNLISTED`] names with `pg_catalog`, as the search path would.
+#[derive(Debug)]
+pub struct OwnRelations;
+
+impl SqlStatementRewriteRule for OwnRelations {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        struct Qualify;
+        impl VisitorMut for Qualify {
+            type Break = ();
+            fn pre_visit_relation(
+                &mut self,
+                name: &mut datafusion::sql::sqlparser::ast::ObjectName,
+            ) -> ControlFlow<()> {
+                use datafusion::sql::sqlparser::ast::{Ident, ObjectNamePart};
+                if let [ObjectNamePart::Identifier(ident)] = name.0.as_slice() {
+                    let lower = ident.value.to_ascii_lowercase();
+                    if ident.quote_style.is_none() && OWN_UNLISTED.contains(&lower.as_str()) {
+                        name.0
+                            .insert(0, ObjectNamePart::Identifier(Ident::new("pg_catalog")));
+                    }
+                }
+                ControlFlow::Continue(())
+            }
+        }
+        let _ = s.visit(&mut Qualify);
+        s
+    }
+}
+
 /// The AST rewrites listed in the module docs.
 #[derive(Debug)]
 pub struct PgFunctions;

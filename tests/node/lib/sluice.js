@@ -30,7 +30,9 @@ export function sluiceBinary() {
 }
 
 export class SluiceServer {
-  constructor() {
+  // `args`: extra `serve` flags.
+  constructor(args = []) {
+    this.args = args;
     this.dataDir = null;
     this.child = null;
     this.port = null;
@@ -38,7 +40,7 @@ export class SluiceServer {
 
   async start() {
     this.dataDir = mkdtempSync(path.join(tmpdir(), 'sluice-node-'));
-    const child = spawn(sluiceBinary(), ['serve', '--data-dir', this.dataDir, '--listen', '127.0.0.1:0'], {
+    const child = spawn(sluiceBinary(), ['serve', '--data-dir', this.dataDir, '--listen', '127.0.0.1:0', ...this.args], {
       stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, NO_COLOR: '1' },
     });

@@ -60,9 +60,16 @@ final class SluiceServer implements AutoCloseable {
   }
 
   static SluiceServer start() throws IOException, InterruptedException {
+    return start(List.of());
+  }
+
+  /** Starts a server with extra {@code serve} flags. */
+  static SluiceServer start(List<String> extra) throws IOException, InterruptedException {
     Path dataDir = Files.createTempDirectory("sluice-jdbc-");
-    ProcessBuilder builder = new ProcessBuilder(List.of(binary().toString(), "serve",
+    List<String> command = new java.util.ArrayList<>(List.of(binary().toString(), "serve",
         "--data-dir", dataDir.toString(), "--listen", "127.0.0.1:0"));
+    command.addAll(extra);
+    ProcessBuilder builder = new ProcessBuilder(command);
     builder.environment().put("NO_COLOR", "1");
     builder.redirectErrorStream(true);
     builder.redirectInput(ProcessBuilder.Redirect.from(new java.io.File("/dev/null")));

@@ -1,0 +1,175 @@
+//! Who may log in, over what, and how they prove it.
+//!
+//! Owns the client port's TLS ([`crate::tls`]), the bootstrap superuser's [`Verifier`] (made
+//! from `--password` at startup) and each login's SCRAM exchange ([`crate::scram`]).
+//! Invariants: without `--password` the server trusts its clients, and then it listens only
+//! on loopback (the configuration refuses anything else); with it, every login proves its
+//! password with SCRAM-SHA-256 and no password ever crosses the connection — cleartext and
+//! MD5 password requests are never sent, on TLS or off it; a client beyond loopback must
+//! use TLS unless `--allow-unencrypted` says otherwise; a failed login is `28P01` whether the
+//! user exists or not.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use pgwire::error::PgWireError;
+use pgwire::tokio::TlsAcceptor;
+use rand::RngCore;
+use sluice_sql::error::sqlstate;
+
+use crate::config::Config;
+use crate::errors::fatal;
+use crate::scram::{self, Exchange, Failure, Verifier};
+use crate::tls::{self, Tls};
+
+/// The server's authentication settings.
+pub struct Auth {
+    superuser: String,
+    /// The superuser's verifier; `None`: clients are trusted.
+    bootstrap: Option<Verifier>,
+    tls: Option<Tls>,
+    allow_unencrypted: bool,
+    /// Salts the mock exchange of users without a password.
+    mock_secret: [u8; 32],
+}
+
+impl Auth {
+    /// From the configuration: loads the TLS files (an error names the file).
+    pub fn new(config: &Config) -> Result<Auth, String> {
+        let tls = match &config.tls {
+            Some(files) => Some(tls::load(
+                &files.cert,
+                &files.key,
+                files.client_ca.as_deref(),
+            )?),
+            None => None,
+        };
+        Ok(Auth::with(
+            config.superuser.clone(),
+            config.password.as_deref(),
+            tls,
+            config.allow_unencrypted,
+        ))
+    }
+
+    pub fn with(
+        superuser: String,
+        password: Option<&str>,
+        tls: Option<Tls>,
+        allow_unencrypted: bool,
+    ) -> Auth {
+        let mut mock_secret = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut mock_secret);
+        Auth {
+            superuser,
+            bootstrap: password.map(Verifier::new),
+            tls,
+            allow_unencrypted,
+            mock_secret,
+        }
+    }
+
+    /// Trust: no password was configured.
+    pub fn trusts(&self) -> bool {
+        self.bootstrap.is_none()
+    }
+
+    pub fn tls_acceptor(&self) -> Option<TlsAcceptor> {
+        self.tls.as_ref().map(|t| t.acceptor.clone())
+    }
+
+    /// Refuses a plain connection from beyond loopback unless unencrypted ones are allowed
+    /// (`28000`, as PostgreSQL's "no pg_hba.conf entry ... no encryption").
+    pub fn check_transport(&self, peer: SocketAddr, secure: bool) -> Result<(), PgWireError> {
+        if secure || peer.ip().is_loopback() || self.allow_unencrypted {
+            return Ok(());
+        }
+        Err(fatal(
+            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            &format!(
+                "connection from {} refused: no encryption (connect with sslmode=require; \
+                 the server accepts unencrypted connections only from loopback)",
+                peer.ip()
+            ),
+        ))
+    }
+
+    /// The SASL mechanisms offered on a connection.
+    pub fn mechanisms(&self, secure: bool) -> Vec<String> {
+        scram::mechanisms(secure && self.tls.is_some())
+    }
+
+    /// A SCRAM exchange for `user` on a connection (`secure`: over TLS, so it may bind to it).
+    pub fn exchange(&self, user: &str, secure: bool) -> Exchange {
+        let verifier = match &self.bootstrap {
+            Some(v) if user == self.superuser => Some(v.clone()),
+            _ => None,
+        };
+        let end_point = match &self.tls {
+            Some(tls) if secure => Some(tls.end_point.clone()),
+            _ => None,
+        };
+        Exchange::new(user, verifier, &self.mock_secret, end_point)
+    }
+}
+
+/// A failed exchange as the client sees it.
+pub fn failure(user: &str, f: Failure) -> PgWireError {
+    match f {
+        Failure::Protocol(message) => fatal(sqlstate::PROTOCOL_VIOLATION, &message),
+        Failure::Password => fatal(
+            sqlstate::INVALID_PASSWORD,
+            &format!("password authentication failed for user \"{user}\""),
+        ),
+    }
+}
+
+/// The connection's SCRAM exchange between the client's first and final messages.
+#[derive(Default)]
+pub struct ScramSlot(pub std::sync::Mutex<Option<Exchange>>);
+
+/// What `pg_stat_ssl` will show of the connection, found when TLS was negotiated.
+pub struct ConnectionTls(pub Option<sluice_sql::settings::SslInfo>);
+
+/// Shared by every connection.
+pub type SharedAuth = Arc<Auth>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_connections_from_beyond_loopback_are_refused_unless_allowed() {
+        let strict = Auth::with("sluice".into(), Some("pw"), None, false);
+        let remote: SocketAddr = "192.0.2.7:5000".parse().unwrap();
+        let local: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let Err(PgWireError::UserError(info)) = strict.check_transport(remote, false) else {
+            panic!("a plain remote connection was let in");
+        };
+        assert_eq!(info.code, "28000");
+        assert!(info.message.contains("no encryption"), "{}", info.message);
+        assert!(strict.check_transport(remote, true).is_ok());
+        assert!(strict.check_transport(local, false).is_ok());
+        let lax = Auth::with("sluice".into(), Some("pw"), None, true);
+        assert!(lax.check_transport(remote, false).is_ok());
+    }
+
+    #[test]
+    fn only_the_superuser_has_the_bootstrap_password() {
+        let auth = Auth::with("admin".into(), Some("pw"), None, false);
+        assert!(!auth.trusts());
+        assert_eq!(auth.mechanisms(true), vec!["SCRAM-SHA-256".to_string()]);
+        // another user name runs the same exchange to a 28P01 (a mock verifier)
+        let mut ex = auth.exchange("sluice", false);
+        let first = ex.client_first("SCRAM-SHA-256", b"n,,n=,r=abc").unwrap();
+        assert!(first.starts_with(b"r=abc"));
+        let nonce = String::from_utf8(first).unwrap()[2..]
+            .split(',')
+            .next()
+            .unwrap()
+            .to_string();
+        let last = format!("c=biws,r={nonce},p=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=");
+        assert_eq!(ex.client_final(last.as_bytes()), Err(Failure::Password));
+        assert!(Auth::with("admin".into(), None, None, false).trusts());
+    }
+}

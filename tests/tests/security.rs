@@ -1,0 +1,248 @@
+//! The client port's security with real clients: psql over verified TLS with SCRAM-SHA-256
+//! and channel binding, `pg_stat_ssl`, client certificates, and — with a raw socket — that a
+//! password never crosses a connection (no cleartext or MD5 request is ever sent).
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use sluice_tests::psql::psql_on_path;
+use sluice_tests::wire::{cstr, message, startup, Read, Wire, ANSWER};
+use sluice_tests::{within, Server};
+
+const PASSWORD: &str = "correct horse";
+
+/// A throwaway CA with a server certificate for 127.0.0.1 and a client certificate for
+/// CN=alice (`tests/fixtures/tls/make-certs.sh`).
+fn certificates() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir for certificates");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tls/make-certs.sh");
+    let status = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(dir.path())
+        .status()
+        .expect("run make-certs.sh (needs openssl)");
+    assert!(status.success(), "make-certs.sh failed");
+    dir
+}
+
+fn file(dir: &Path, name: &str) -> String {
+    dir.join(name).to_string_lossy().into_owned()
+}
+
+async fn tls_server(certs: &Path) -> Server {
+    Server::start_with(&[
+        "--password",
+        PASSWORD,
+        "--tls-cert",
+        &file(certs, "server.pem"),
+        "--tls-key",
+        &file(certs, "server.key"),
+        "--tls-client-ca",
+        &file(certs, "ca.pem"),
+    ])
+    .await
+}
+
+/// `psql -At -c sql` with a libpq connection string; returns the output.
+async fn psql(conninfo: &str, password: &str, sql: &str) -> Output {
+    let mut command = tokio::process::Command::new("psql");
+    command
+        .args(["-X", "-w", "-At", "-c", sql, conninfo])
+        .env("PGPASSWORD", password)
+        .env("PGCONNECT_TIMEOUT", "10")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = within(Duration::from_secs(60), "psql", command.output())
+        .await
+        .expect("run psql");
+    println!(
+        "psql {conninfo}: {}\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn conninfo(port: u16, certs: &Path, extra: &str) -> String {
+    format!(
+        "host=127.0.0.1 port={port} user=sluice dbname=sluice sslmode=verify-full \
+         sslrootcert={} {extra}",
+        file(certs, "ca.pem")
+    )
+}
+
+#[tokio::test]
+async fn psql_logs_in_with_scram_over_verified_tls_and_the_session_is_encrypted() {
+    if !psql_on_path() {
+        eprintln!("SKIPPED: psql is not on PATH");
+        return;
+    }
+    let certs = certificates();
+    let dir = certs.path();
+    let server = tls_server(dir).await;
+    let port = server.port();
+    let query = "SELECT ssl, version, coalesce(client_dn, '-') FROM pg_stat_ssl \
+                 WHERE pid = pg_backend_pid()";
+
+    // verify-full checks the certificate against the CA and 127.0.0.1; channel_binding=require
+    // makes libpq insist on SCRAM-SHA-256-PLUS bound to this TLS connection
+    let out = psql(
+        &conninfo(port, dir, "channel_binding=require"),
+        PASSWORD,
+        query,
+    )
+    .await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), "t|TLSv1.3|-");
+
+    // with a client certificate, pg_stat_ssl names it
+    let with_cert = format!(
+        "channel_binding=require sslcert={} sslkey={}",
+        file(dir, "client.pem"),
+        file(dir, "client.key")
+    );
+    let out = psql(&conninfo(port, dir, &with_cert), PASSWORD, query).await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), "t|TLSv1.3|CN=alice");
+
+    // a wrong password, over TLS and without
+    let out = psql(&conninfo(port, dir, ""), "battery staple", "SELECT 1").await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("password authentication failed for user \"sluice\""),
+        "{err}"
+    );
+    // a user without a password is refused the same way
+    let nobody = conninfo(port, dir, "").replace("user=sluice", "user=nobody");
+    let out = psql(&nobody, PASSWORD, "SELECT 1").await;
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("password authentication failed for user \"nobody\""));
+
+    // a plain connection from loopback still authenticates with SCRAM, unbound
+    let plain = format!("host=127.0.0.1 port={port} user=sluice dbname=sluice sslmode=disable");
+    let out = psql(&plain, PASSWORD, query).await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), "f||-");
+    let out = psql(
+        &format!("{plain} channel_binding=require"),
+        PASSWORD,
+        "SELECT 1",
+    )
+    .await;
+    assert!(!out.status.success(), "channel binding without TLS");
+
+    // a certificate signed by another CA is refused by the server
+    let other = certificates();
+    let foreign = format!(
+        "sslcert={} sslkey={}",
+        file(other.path(), "client.pem"),
+        file(other.path(), "client.key")
+    );
+    let out = psql(&conninfo(port, dir, &foreign), PASSWORD, "SELECT 1").await;
+    assert!(!out.status.success(), "a client certificate of another CA");
+    // and the server's certificate is refused by a client trusting another CA
+    let out = psql(&conninfo(port, other.path(), ""), PASSWORD, "SELECT 1").await;
+    assert!(!out.status.success(), "verify-full against another CA");
+}
+
+/// Before: the server asked for the password in cleartext (AuthenticationCleartextPassword,
+/// code 3) on any connection, TLS being impossible. Now a login is a SCRAM exchange
+/// (AuthenticationSASL, code 10; `-PLUS` only over TLS), and a password sent anyway is
+/// refused as a protocol violation and never logs in.
+#[tokio::test]
+async fn a_password_never_crosses_a_plain_connection() {
+    let server = Server::start_with(&["--password", PASSWORD]).await;
+    let mut wire = Wire::open(server.port()).await;
+    wire.send(&startup()).await;
+    let Read::Message(b'R', body) = wire.read_message(ANSWER).await else {
+        panic!("no authentication request");
+    };
+    let code = i32::from_be_bytes(body[..4].try_into().expect("a code"));
+    assert_eq!(
+        code, 10,
+        "authentication request {code} (3 is cleartext, 5 MD5)"
+    );
+    assert_eq!(
+        &body[4..],
+        b"SCRAM-SHA-256\0\0",
+        "plain: no -PLUS mechanism"
+    );
+
+    // a client that sends its password in the clear anyway
+    wire.send(&message(b'p', &cstr(PASSWORD))).await;
+    let mut saw_error = false;
+    loop {
+        match wire.read_message(ANSWER).await {
+            Read::Message(b'E', body) => {
+                saw_error = true;
+                let code = sluice_tests::wire::error_code(&body);
+                assert!(code == "08P01" || code == "28P01", "{code}");
+            }
+            Read::Message(b'R', body) => panic!("authentication answered {body:?}"),
+            Read::Message(tag, _) => panic!("unexpected message {}", tag as char),
+            Read::Closed => break,
+            Read::Quiet => panic!("the server neither refused nor closed"),
+        }
+    }
+    assert!(saw_error, "closed without an error");
+
+    // a SASL exchange naming a mechanism that was not offered
+    let mut wire = Wire::open(server.port()).await;
+    wire.send(&startup()).await;
+    assert!(matches!(
+        wire.read_message(ANSWER).await,
+        Read::Message(b'R', _)
+    ));
+    let mut body = cstr("SCRAM-SHA-256-PLUS");
+    let first = b"p=tls-server-end-point,,n=,r=abcdef";
+    body.extend_from_slice(&(first.len() as i32).to_be_bytes());
+    body.extend_from_slice(first);
+    wire.send(&message(b'p', &body)).await;
+    match wire.read_message(ANSWER).await {
+        Read::Message(b'E', body) => {
+            assert_eq!(sluice_tests::wire::error_code(&body), "08P01")
+        }
+        other => panic!("expected a protocol violation, got {other:?}"),
+    }
+}
+
+/// `--tls-cert` and `--tls-key` that cannot be loaded stop the start with the file named.
+#[tokio::test]
+async fn unreadable_tls_files_stop_the_server_at_start() {
+    let certs = certificates();
+    let dir = certs.path();
+    let missing: PathBuf = dir.join("missing.pem");
+    let bin = sluice_tests::binary_path();
+    let data = tempfile::tempdir().expect("data dir");
+    let output = tokio::process::Command::new(bin)
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["--listen", "127.0.0.1:0", "--tls-cert"])
+        .arg(&missing)
+        .arg("--tls-key")
+        .arg(dir.join("server.key"))
+        .kill_on_drop(true)
+        .output();
+    let output = within(Duration::from_secs(60), "sluice", output)
+        .await
+        .expect("run sluice");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!output.status.success(), "{text}");
+    assert!(
+        text.contains("--tls-cert") && text.contains("missing.pem"),
+        "{text}"
+    );
+    assert!(!text.contains("listening on"), "{text}");
+}
