@@ -2,7 +2,8 @@
 //!
 //! One OS thread owns raft-rs's `RawNode` and the application's [`StateMachine`]
 //! ([`node`]); everyone else talks to it through a bounded proposal queue via a cheap,
-//! cloneable [`NodeHandle`]. Nodes of a cluster talk over [`transport`] (TCP); a follower
+//! cloneable [`NodeHandle`]. Nodes of a cluster talk over [`transport`] (TCP, authenticated by
+//! a shared cluster secret in [`peer_auth`]); a follower
 //! forwards proposals to the leader, and a lagging one is caught up with a snapshot. Proposals that queue up while a log write is being fsynced go into
 //! the next write together (group commit). The Raft log is durable in [`wal`] segment files and
 //! compacted up to each state-machine checkpoint. Commands are opaque bytes to this crate: it
@@ -17,6 +18,7 @@ mod log_store;
 mod logging;
 pub mod metrics;
 pub mod node;
+pub mod peer_auth;
 pub mod transport;
 pub mod wal;
 
@@ -26,3 +28,4 @@ pub use node::{
     start, Membership, NodeConfig, NodeHandle, NodeStatus, PeerStatus, ProposeError, StateMachine,
     Unavailable,
 };
+pub use peer_auth::ClusterSecret;

@@ -2,10 +2,11 @@
 //! through which the rest of Sluice proposes commands, changes membership and asks for
 //! linearizable read barriers.
 //!
-//! [`start`] recovers the log, starts the peer transport (for a cluster) and runs the node task
-//! (module `driver`) on a dedicated OS thread with a current-thread tokio runtime: it selects
-//! over the request queue, the network inbox, the tick interval and the stop signal, and does
-//! its blocking log writes and fsyncs inline. Because the thread is busy while it fsyncs,
+//! [`start`] recovers the log, starts the peer transport (for a cluster; authenticated with
+//! the cluster secret, which a cluster with any non-loopback address must have) and runs the
+//! node task (module `driver`) on a dedicated OS thread with a current-thread tokio runtime: it
+//! selects over the request queue, the network inbox, the tick interval and the stop signal,
+//! and does its blocking log writes and fsyncs inline. Because the thread is busy while it fsyncs,
 //! proposals arriving meanwhile wait in the queue and are all drained into the next write: that
 //! is group commit, with no timers.
 //!
@@ -30,6 +31,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::error::{Error, Result};
 use crate::log_store::LogStore;
 use crate::metrics::Metrics;
+use crate::peer_auth::{is_loopback_address, ClusterSecret, PeerAuth};
 use crate::transport::{NoTransport, TcpTransport, Transport, INBOUND_QUEUE};
 use driver::{Driver, Request};
 
@@ -117,6 +119,9 @@ pub struct NodeConfig {
     pub max_pending: usize,
     /// Largest node-to-node frame; it bounds snapshot size too.
     pub max_frame_bytes: usize,
+    /// The secret every member shares; with it, every peer connection is authenticated (see
+    /// [`crate::peer_auth`]). Required when any peer address is not loopback.
+    pub cluster_secret: Option<ClusterSecret>,
 }
 
 impl NodeConfig {
@@ -143,6 +148,7 @@ impl NodeConfig {
             commit_wait_ticks: 50,
             max_pending: 65_536,
             max_frame_bytes: 1 << 30,
+            cluster_secret: None,
         }
     }
 
@@ -159,6 +165,13 @@ impl NodeConfig {
         }
         if !self.peers.is_empty() && !self.peers.contains_key(&self.id) {
             return fail("peers must include this node's own address");
+        }
+        if self.cluster_secret.is_none() {
+            if let Some((id, addr)) = self.peers.iter().find(|(_, a)| !is_loopback_address(a)) {
+                return Err(Error::Config(format!(
+                    "node {id}'s Raft address {addr} is not loopback: a cluster beyond loopback needs a cluster secret"
+                )));
+            }
         }
         if self.leader_wait_ticks == 0 || self.commit_wait_ticks == 0 || self.max_pending == 0 {
             return fail("leader_wait_ticks, commit_wait_ticks and max_pending must be positive");
@@ -399,6 +412,10 @@ pub fn start<SM: StateMachine>(config: NodeConfig, sm: SM) -> Result<NodeHandle<
                 &config.peers,
                 inbound_tx.clone(),
                 config.max_frame_bytes,
+                config
+                    .cluster_secret
+                    .clone()
+                    .map(|secret| PeerAuth::new(secret, config.id)),
                 runtime,
             )
             .map_err(|e| Error::io("start the Raft transport", e))?,

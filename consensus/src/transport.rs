@@ -7,19 +7,35 @@
 //! queues, and what happens later (a peer unreachable, a snapshot delivered or not) comes back
 //! as an [`Inbound`] report on the same bounded channel as received frames.
 //!
+//! With a cluster secret ([`PeerAuth`]), every connection opens with the mutual handshake of
+//! [`crate::peer_auth`] — bounded by its timeout, with at most `MAX_HANDSHAKES` in progress —
+//! and every frame is followed by its MAC: `[len u32][Envelope][MAC 32]`. A connection whose
+//! handshake fails, whose frame fails its MAC, or whose envelope names another sender than
+//! the node it authenticated as is closed, with a warning naming the peer's address. Without
+//! a secret there is no handshake and no MAC (loopback-only clusters; the server refuses
+//! anything else).
+//!
 //! Invariants: every queue is bounded — per peer `PEER_QUEUE` frames out, `INBOUND_QUEUE`
 //! frames in — and a full outgoing queue drops the frame and reports the peer unreachable
 //! (Raft resends what matters); a frame larger than the configured maximum is refused on both
 //! sides, and a received frame's buffer grows only as its bytes arrive, never to a length a
-//! peer merely announced; connections are re-established with capped exponential backoff.
+//! peer merely announced; connections are re-established with capped exponential backoff;
+//! with a secret, nothing from a connection reaches the node task before its handshake
+//! succeeded and the frame's MAC verified.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
+
+pub use crate::peer_auth::PeerAuth;
+use crate::peer_auth::{FrameOpener, FrameSealer, Session, TAG_LEN};
 
 /// One node-to-node frame.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -117,6 +133,8 @@ const PEER_QUEUE: usize = 4096;
 pub const INBOUND_QUEUE: usize = 8192;
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Accepted connections still in their handshake; more are closed at once.
+const MAX_HANDSHAKES: usize = 256;
 
 struct Outgoing {
     frame: Vec<u8>,
@@ -136,26 +154,36 @@ pub struct TcpTransport {
     inbound: mpsc::Sender<Inbound>,
     peers: HashMap<u64, Peer>,
     max_frame: usize,
+    auth: Option<Arc<PeerAuth>>,
     listener: tokio::task::JoinHandle<()>,
 }
 
 impl TcpTransport {
     /// Listens on `listener` (already bound: the caller learns bind errors at startup) and
-    /// prepares writers for every peer but `id`, on `runtime`.
+    /// prepares writers for every peer but `id`, on `runtime`. With `auth`, every connection
+    /// in either direction is authenticated (`auth.me` must be `id`).
     pub fn start(
         id: u64,
         listener: std::net::TcpListener,
         peers: &BTreeMap<u64, String>,
         inbound: mpsc::Sender<Inbound>,
         max_frame: usize,
+        auth: Option<PeerAuth>,
         runtime: tokio::runtime::Handle,
     ) -> std::io::Result<TcpTransport> {
+        if auth.as_ref().is_some_and(|a| a.me != id) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "peer authentication is for another node id",
+            ));
+        }
+        let auth = auth.map(Arc::new);
         listener.set_nonblocking(true)?;
         let tx = inbound.clone();
         let listener = {
             let _guard = runtime.enter();
             let listener = TcpListener::from_std(listener)?;
-            runtime.spawn(accept_loop(listener, tx, max_frame))
+            runtime.spawn(accept_loop(listener, tx, max_frame, auth.clone()))
         };
         let mut t = TcpTransport {
             id,
@@ -163,6 +191,7 @@ impl TcpTransport {
             inbound,
             peers: HashMap::new(),
             max_frame,
+            auth,
             listener,
         };
         t.set_peers(peers);
@@ -226,9 +255,13 @@ impl Transport for TcpTransport {
                 continue;
             }
             let (queue, rx) = mpsc::channel(PEER_QUEUE);
-            let task = self
-                .runtime
-                .spawn(write_loop(id, addr.clone(), rx, self.inbound.clone()));
+            let task = self.runtime.spawn(write_loop(
+                id,
+                addr.clone(),
+                rx,
+                self.inbound.clone(),
+                self.auth.clone(),
+            ));
             self.peers.insert(
                 id,
                 Peer {
@@ -249,37 +282,36 @@ async fn write_loop(
     addr: String,
     mut rx: mpsc::Receiver<Outgoing>,
     inbound: mpsc::Sender<Inbound>,
+    auth: Option<Arc<PeerAuth>>,
 ) {
     let mut backoff = BACKOFF_MIN;
     loop {
-        let mut stream = match TcpStream::connect(&addr).await {
+        let connected = match TcpStream::connect(&addr).await {
             Ok(s) => {
                 let _ = s.set_nodelay(true);
-                backoff = BACKOFF_MIN;
-                s
+                open(s, auth.as_deref(), to, &addr).await
             }
             Err(e) => {
                 tracing::debug!(to, %addr, "cannot connect to peer: {e}");
-                let _ = inbound.try_send(Inbound::Unreachable(to));
-                // Drop what queued up meanwhile, reporting lost snapshots.
-                while let Ok(out) = rx.try_recv() {
-                    if out.is_snapshot {
-                        let _ = inbound.try_send(Inbound::SnapshotSent(to, false));
-                    }
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                continue;
+                None
             }
         };
+        let Some((mut stream, mut sealer)) = connected else {
+            let _ = inbound.try_send(Inbound::Unreachable(to));
+            // Drop what queued up meanwhile, reporting lost snapshots.
+            while let Ok(out) = rx.try_recv() {
+                if out.is_snapshot {
+                    let _ = inbound.try_send(Inbound::SnapshotSent(to, false));
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            continue;
+        };
+        backoff = BACKOFF_MIN;
         loop {
             let Some(out) = rx.recv().await else { return };
-            let len = (out.frame.len() as u32).to_be_bytes();
-            let written = async {
-                stream.write_all(&len).await?;
-                stream.write_all(&out.frame).await
-            }
-            .await;
+            let written = write_frame(&mut stream, &out.frame, sealer.as_mut()).await;
             if out.is_snapshot {
                 let _ = inbound.try_send(Inbound::SnapshotSent(to, written.is_ok()));
             }
@@ -292,15 +324,109 @@ async fn write_loop(
     }
 }
 
-async fn accept_loop(listener: TcpListener, inbound: mpsc::Sender<Inbound>, max_frame: usize) {
+/// Authenticates a new connection to node `to` when the cluster has a secret; `None` (logged)
+/// when the peer fails the handshake or does not finish it in time.
+async fn open(
+    mut stream: TcpStream,
+    auth: Option<&PeerAuth>,
+    to: u64,
+    addr: &str,
+) -> Option<(TcpStream, Option<FrameSealer>)> {
+    let Some(auth) = auth else {
+        return Some((stream, None));
+    };
+    let failure = match tokio::time::timeout(
+        auth.handshake_timeout,
+        crate::peer_auth::connect(&mut stream, auth, to),
+    )
+    .await
+    {
+        Ok(Ok(session)) => return Some((stream, Some(session.sealer))),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no handshake within {:?}", auth.handshake_timeout),
+    };
+    tracing::warn!(to, %addr, "peer failed authentication; connection dropped: {failure}");
+    None
+}
+
+/// Writes one frame, followed by its MAC on an authenticated connection.
+pub async fn write_frame<W>(
+    writer: &mut W,
+    frame: &[u8],
+    sealer: Option<&mut FrameSealer>,
+) -> std::io::Result<()>
+where
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let len = u32::try_from(frame.len())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "frame above 4 GiB"))?;
+    let tag = sealer.map(|s| s.seal(frame));
+    let tag = tag.as_ref().map_or(&[][..], |t| &t[..]);
+    if frame.len() <= COALESCE_BYTES {
+        // One write (one segment, with nodelay) for the small frames Raft sends most.
+        let whole = [&len.to_be_bytes()[..], frame, tag].concat();
+        return writer.write_all(&whole).await;
+    }
+    writer.write_all(&len.to_be_bytes()).await?;
+    writer.write_all(frame).await?;
+    writer.write_all(tag).await
+}
+
+/// Frames up to this size are copied into one buffer with their length and MAC and written
+/// at once; larger ones are written in place, in three writes.
+const COALESCE_BYTES: usize = 64 << 10;
+
+async fn accept_loop(
+    listener: TcpListener,
+    inbound: mpsc::Sender<Inbound>,
+    max_frame: usize,
+    auth: Option<Arc<PeerAuth>>,
+) {
+    let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    let warnings = Arc::new(WarnGate::default());
     loop {
         match listener.accept().await {
             Ok((socket, peer)) => {
                 let _ = socket.set_nodelay(true);
-                let inbound = inbound.clone();
+                let permit = match &auth {
+                    None => None,
+                    Some(_) => match handshakes.clone().try_acquire_owned() {
+                        Ok(permit) => Some(permit),
+                        Err(_) => {
+                            warnings.warn(peer, "too many peer handshakes in progress");
+                            continue;
+                        }
+                    },
+                };
+                let (inbound, auth, warnings) = (inbound.clone(), auth.clone(), warnings.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = read_loop(socket, inbound, max_frame).await {
-                        tracing::debug!(%peer, "peer connection ended: {e}");
+                    let mut socket = socket;
+                    let session = match &auth {
+                        None => None,
+                        Some(auth) => {
+                            let accepted = tokio::time::timeout(
+                                auth.handshake_timeout,
+                                crate::peer_auth::accept(&mut socket, auth),
+                            )
+                            .await;
+                            drop(permit);
+                            match accepted {
+                                Ok(Ok(session)) => Some(session),
+                                Ok(Err(e)) => return warnings.warn(peer, &e.to_string()),
+                                Err(_) => {
+                                    let why =
+                                        format!("no handshake within {:?}", auth.handshake_timeout);
+                                    return warnings.warn(peer, &why);
+                                }
+                            }
+                        }
+                    };
+                    match read_loop(socket, inbound, max_frame, session).await {
+                        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                            warnings.warn(peer, &e.to_string())
+                        }
+                        Err(e) => tracing::debug!(%peer, "peer connection ended: {e}"),
+                        Ok(()) => {}
                     }
                 });
             }
@@ -312,17 +438,70 @@ async fn accept_loop(listener: TcpListener, inbound: mpsc::Sender<Inbound>, max_
     }
 }
 
+/// Receives frames until the connection ends, the node stops, or (authenticated) a frame
+/// fails its MAC or names another sender than the authenticated peer.
 async fn read_loop(
     mut socket: TcpStream,
     inbound: mpsc::Sender<Inbound>,
     max_frame: usize,
+    mut session: Option<Session>,
 ) -> std::io::Result<()> {
     let mut buf = Vec::new();
     loop {
-        let env = read_frame(&mut socket, &mut buf, max_frame).await?;
+        let env = match &mut session {
+            None => read_frame(&mut socket, &mut buf, max_frame).await?,
+            Some(session) => {
+                let env = read_sealed_frame(&mut socket, &mut buf, max_frame, &mut session.opener)
+                    .await?;
+                if env.from != session.peer {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        format!(
+                            "node {} sent a frame from node {}; connection dropped",
+                            session.peer, env.from
+                        ),
+                    ));
+                }
+                env
+            }
+        };
         if inbound.send(Inbound::Envelope(env)).await.is_err() {
             return Ok(()); // the node stopped
         }
+    }
+}
+
+/// Warnings about refused peer connections, at most one a second: whoever can reach the port
+/// must not be able to flood the log. The ones held back are counted in the next.
+#[derive(Default)]
+struct WarnGate {
+    /// Milliseconds after `epoch` of the last warning logged, plus one (0: none yet).
+    last: AtomicU64,
+    suppressed: AtomicU64,
+    epoch: std::sync::OnceLock<Instant>,
+}
+
+impl WarnGate {
+    fn warn(&self, peer: SocketAddr, why: &str) {
+        let epoch = *self.epoch.get_or_init(Instant::now);
+        let now = epoch.elapsed().as_millis() as u64 + 1;
+        let last = self.last.load(Ordering::Relaxed);
+        let due = last == 0 || now >= last + 1000;
+        if !due
+            || self
+                .last
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
+        tracing::warn!(
+            %peer,
+            suppressed,
+            "peer connection refused: {why}"
+        );
     }
 }
 
@@ -341,6 +520,34 @@ pub async fn read_frame<R>(
     buf: &mut Vec<u8>,
     max_frame: usize,
 ) -> std::io::Result<Envelope>
+where
+    R: tokio::io::AsyncRead + Unpin,
+{
+    read_payload(reader, buf, max_frame).await?;
+    decode(buf)
+}
+
+/// Reads one `[len u32 BE][Envelope][MAC]` frame of an authenticated connection, as
+/// [`read_frame`] does, and checks its MAC with `opener` before decoding anything: a frame
+/// that fails it is `PermissionDenied`.
+pub async fn read_sealed_frame<R>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max_frame: usize,
+    opener: &mut FrameOpener,
+) -> std::io::Result<Envelope>
+where
+    R: tokio::io::AsyncRead + Unpin,
+{
+    read_payload(reader, buf, max_frame).await?;
+    let mut tag = [0u8; TAG_LEN];
+    reader.read_exact(&mut tag).await?;
+    opener.open(buf, &tag)?;
+    decode(buf)
+}
+
+/// Reads one frame's length and payload into `buf` (see [`read_frame`] for the bounds).
+async fn read_payload<R>(reader: &mut R, buf: &mut Vec<u8>, max_frame: usize) -> std::io::Result<()>
 where
     R: tokio::io::AsyncRead + Unpin,
 {
@@ -366,10 +573,17 @@ where
             format!("connection ended after {got} of a {len}-byte frame"),
         ));
     }
-    Envelope::decode(buf.as_slice()).map_err(|e| {
+    Ok(())
+}
+
+fn decode(buf: &[u8]) -> std::io::Result<Envelope> {
+    Envelope::decode(buf).map_err(|e| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("undecodable frame: {e}"),
         )
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -644,6 +644,7 @@ fn fuzz_transport_tcp() {
         &BTreeMap::new(),
         tx,
         MAX_FRAME,
+        None,
         runtime().handle().clone(),
     )
     .expect("start");
@@ -727,6 +728,7 @@ fn announced_length_is_not_allocated_before_the_bytes_arrive() {
         &BTreeMap::new(),
         tx,
         GIB,
+        None,
         runtime().handle().clone(),
     )
     .expect("start");

@@ -5,7 +5,8 @@
 //! and a server listening beyond loopback refuses to start without a
 //! password, and without TLS unless `--allow-unencrypted` says so. An empty password is
 //! refused wherever it comes from (flag, `SLUICE_PASSWORD`, file): it would be no password
-//! at all.
+//! at all. Likewise a cluster whose Raft addresses (`--peers`) are not all loopback refuses
+//! to start without a cluster secret, and a secret shorter than 16 bytes is refused.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -14,6 +15,8 @@ use std::time::Duration;
 
 use clap::Args;
 use serde::Deserialize;
+use sluice_consensus::peer_auth::is_loopback_address;
+use sluice_consensus::ClusterSecret;
 
 #[derive(Debug, Clone, Args, Default)]
 pub struct ServeArgs {
@@ -42,6 +45,20 @@ pub struct ServeArgs {
     /// (`ALTER CLUSTER ADD NODE id 'host:port'` on any member)
     #[arg(long)]
     pub join: bool,
+    /// File holding the secret every cluster member shares (at least 16 bytes; one trailing
+    /// newline is ignored), or set SLUICE_CLUSTER_SECRET. Every Raft connection proves it;
+    /// required when any --peers address is not loopback
+    #[arg(long, value_name = "PATH")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// The cluster secret itself. Hidden: a flag's value shows in the process list; set
+    /// SLUICE_CLUSTER_SECRET or use --cluster-secret-file
+    #[arg(
+        long,
+        env = "SLUICE_CLUSTER_SECRET",
+        hide = true,
+        hide_env_values = true
+    )]
+    pub cluster_secret: Option<String>,
     /// The superuser's initial password: with it every login authenticates with
     /// SCRAM-SHA-256 (the password never crosses the connection); without it, loopback
     /// clients are trusted
@@ -110,6 +127,8 @@ struct FileConfig {
     node_id: Option<u64>,
     peers: Option<String>,
     join: Option<bool>,
+    cluster_secret_file: Option<PathBuf>,
+    cluster_secret: Option<String>,
     password: Option<String>,
     superuser: Option<String>,
     tls_cert: Option<PathBuf>,
@@ -190,6 +209,8 @@ pub struct Config {
     pub peers: BTreeMap<u64, String>,
     /// Start with no voters, waiting to be added.
     pub join: bool,
+    /// What every Raft connection must prove (printed redacted).
+    pub cluster_secret: Option<ClusterSecret>,
     pub password: Option<String>,
     /// The bootstrap superuser, whose initial password is `password`.
     pub superuser: String,
@@ -292,6 +313,20 @@ impl Config {
                 "--peers must include this node ({node_id}=HOST:PORT, where it listens for peers)"
             ));
         }
+        let cluster_secret = cluster_secret(
+            args.cluster_secret.or(file.cluster_secret),
+            args.cluster_secret_file.or(file.cluster_secret_file),
+        )?;
+        if cluster_secret.is_none() {
+            if let Some((id, addr)) = peers.iter().find(|(_, a)| !is_loopback_address(a)) {
+                return Err(format!(
+                    "refusing to start a cluster beyond loopback without peer authentication \
+                     (node {id} is at {addr}): set --cluster-secret-file (or \
+                     SLUICE_CLUSTER_SECRET) to the same secret on every node, or keep every \
+                     --peers address on loopback"
+                ));
+            }
+        }
         let join = args.join || file.join.unwrap_or(false);
         if join && peers.is_empty() {
             return Err("--join needs --peers (at least this node's own address)".into());
@@ -323,6 +358,7 @@ impl Config {
             node_id,
             peers,
             join,
+            cluster_secret,
             data_dir: args
                 .data_dir
                 .or(file.data_dir)
@@ -356,6 +392,45 @@ impl Config {
             fsync_delay: args.test_fsync_delay_ms.map(Duration::from_millis),
             test_panic_application_name: args.test_panic_application_name,
         })
+    }
+}
+
+/// The cluster secret, from `SLUICE_CLUSTER_SECRET` / `cluster_secret` or from a file (not
+/// both): refused when empty or shorter than 16 bytes.
+fn cluster_secret(
+    inline: Option<String>,
+    file: Option<PathBuf>,
+) -> Result<Option<ClusterSecret>, String> {
+    let (bytes, source) = match (inline, file) {
+        (None, None) => return Ok(None),
+        (Some(_), Some(path)) => {
+            return Err(format!(
+                "both SLUICE_CLUSTER_SECRET (or `cluster_secret`) and --cluster-secret-file {} \
+                 are set: give the cluster secret once",
+                path.display()
+            ))
+        }
+        (Some(text), None) => (
+            text.into_bytes(),
+            "SLUICE_CLUSTER_SECRET (or `cluster_secret` in the config file)".to_string(),
+        ),
+        (None, Some(path)) => {
+            let mut bytes = std::fs::read(&path)
+                .map_err(|e| format!("--cluster-secret-file {}: {e}", path.display()))?;
+            // What `echo secret > file` and editors add.
+            if bytes.ends_with(b"\n") {
+                bytes.pop();
+                if bytes.ends_with(b"\r") {
+                    bytes.pop();
+                }
+            }
+            (bytes, format!("--cluster-secret-file {}", path.display()))
+        }
+    };
+    match ClusterSecret::new(bytes) {
+        Ok(secret) => Ok(Some(secret)),
+        Err(sluice_consensus::Error::Config(why)) => Err(format!("{source}: {why}")),
+        Err(e) => Err(format!("{source}: {e}")),
     }
 }
 
@@ -542,6 +617,82 @@ mod tests {
             };
             assert!(Config::resolve(args).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_cluster_beyond_loopback_needs_a_cluster_secret() {
+        let resolve = |peers: &str, secret: Option<&str>| {
+            Config::resolve(ServeArgs {
+                node_id: Some(1),
+                peers: Some(peers.into()),
+                cluster_secret: secret.map(String::from),
+                ..Default::default()
+            })
+        };
+        let secret = Some("0123456789abcdef");
+        for peers in [
+            "1=10.0.0.1:7001,2=10.0.0.2:7001",
+            "1=127.0.0.1:7001,2=10.0.0.2:7001",
+            "1=0.0.0.0:7001,2=127.0.0.1:7002",
+            "1=127.0.0.1:7001,2=db2.internal:7001",
+        ] {
+            let err = resolve(peers, None).unwrap_err();
+            assert!(err.contains("--cluster-secret-file"), "{peers}: {err}");
+            assert!(err.contains("SLUICE_CLUSTER_SECRET"), "{peers}: {err}");
+            assert!(resolve(peers, secret).unwrap().cluster_secret.is_some());
+        }
+        // Loopback clusters and single nodes run without a secret, as before.
+        for peers in [
+            "1=127.0.0.1:7001,2=127.0.0.1:7002",
+            "1=localhost:7001,2=[::1]:7002",
+        ] {
+            assert!(
+                resolve(peers, None).unwrap().cluster_secret.is_none(),
+                "{peers}"
+            );
+        }
+        assert!(Config::resolve(ServeArgs::default()).is_ok());
+    }
+
+    #[test]
+    fn an_empty_or_short_cluster_secret_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secret");
+        let resolve = |inline: Option<&str>, file: Option<&PathBuf>| {
+            Config::resolve(ServeArgs {
+                node_id: Some(1),
+                peers: Some("1=10.0.0.1:7001,2=10.0.0.2:7001".into()),
+                cluster_secret: inline.map(String::from),
+                cluster_secret_file: file.cloned(),
+                ..Default::default()
+            })
+        };
+        for (inline, expected) in [("", "empty"), ("fifteen bytes!!", "at least 16")] {
+            let err = resolve(Some(inline), None).unwrap_err();
+            assert!(err.contains(expected), "{err}");
+            assert!(err.contains("SLUICE_CLUSTER_SECRET"), "{err}");
+        }
+        // From a file: one trailing newline is not part of the secret.
+        for (contents, expected) in [
+            ("", "empty"),
+            ("\n", "empty"),
+            ("fifteen bytes!!\n", "at least 16"),
+            ("fifteen bytes!!\r\n", "at least 16"),
+        ] {
+            std::fs::write(&file, contents).unwrap();
+            let err = resolve(None, Some(&file)).unwrap_err();
+            assert!(err.contains(expected), "{contents:?}: {err}");
+            assert!(err.contains("--cluster-secret-file"), "{err}");
+        }
+        std::fs::write(&file, "sixteen bytes!!!\n").unwrap();
+        let c = resolve(None, Some(&file)).unwrap();
+        assert!(c.cluster_secret.is_some());
+        // The secret never shows in the configuration's debug output.
+        assert!(!format!("{c:?}").contains("sixteen"));
+        let err = resolve(Some("sixteen bytes!!!"), Some(&file)).unwrap_err();
+        assert!(err.contains("once"), "{err}");
+        let err = resolve(None, Some(&dir.path().join("missing"))).unwrap_err();
+        assert!(err.contains("--cluster-secret-file"), "{err}");
     }
 
     #[test]

@@ -139,6 +139,7 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
         config.peers.keys().copied().collect()
     };
     engine_config.node.peers = config.peers.clone();
+    engine_config.node.cluster_secret = config.cluster_secret.clone();
     engine_config.node.fsync_delay = config.fsync_delay;
     engine_config.segment_bytes = config.segment_bytes;
     engine_config.node.checkpoint_entries = config.checkpoint_entries;

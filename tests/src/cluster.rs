@@ -5,6 +5,8 @@
 //! for Raft peers on a port chosen here at run time. With `proxied`, node *j* reaches node *i*
 //! through a TCP proxy owned by the test (one per direction), so a test can cut any link —
 //! an in-process fault-injecting network, used where network namespaces are unavailable.
+//! Every node shares a cluster secret (a file in the cluster's temp dir), so every cluster
+//! test runs over authenticated peer connections; [`Cluster::start_open`] starts one without.
 //! Dropping the [`Cluster`] SIGKILLs every node and removes the data directories.
 
 use std::collections::BTreeMap;
@@ -115,18 +117,38 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts `n` nodes (ids 1..=n) and waits until each serves clients.
+    /// Starts `n` nodes (ids 1..=n) sharing a cluster secret and waits until each serves
+    /// clients.
     pub async fn start(n: u64, proxied: bool, extra: &[&str]) -> Cluster {
+        Cluster::start_with(n, proxied, extra, true).await
+    }
+
+    /// [`Cluster::start`] without a cluster secret: peer connections are not authenticated
+    /// (what a loopback-only cluster may still do).
+    pub async fn start_open(n: u64, proxied: bool, extra: &[&str]) -> Cluster {
+        Cluster::start_with(n, proxied, extra, false).await
+    }
+
+    async fn start_with(n: u64, proxied: bool, extra: &[&str], secret: bool) -> Cluster {
         let root = tempfile::Builder::new()
             .prefix("sluice-cluster-")
             .tempdir()
             .expect("temp dir");
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        if secret {
+            let path = root.path().join("cluster-secret");
+            let secret: String = (0..32)
+                .map(|_| char::from(b"0123456789abcdef"[rand::random::<usize>() % 16]))
+                .collect();
+            std::fs::write(&path, format!("{secret}\n")).expect("write the cluster secret");
+            extra.extend(["--cluster-secret-file".into(), path.display().to_string()]);
+        }
         let mut cluster = Cluster {
             _root: root,
             nodes: BTreeMap::new(),
             links: BTreeMap::new(),
             link_ports: BTreeMap::new(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra,
         };
         for id in 1..=n {
             cluster.nodes.insert(id, cluster.new_node(id));

@@ -633,6 +633,11 @@ impl<SM: StateMachine> Driver<SM> {
                 self.last_contact.insert(env.from, self.ticks);
                 match env.body {
                     Some(Body::Raft(bytes)) => match Message::parse_from_bytes(&bytes) {
+                        Ok(m) if m.from != env.from => tracing::warn!(
+                            from = env.from,
+                            claimed = m.from,
+                            "a raft message claims another sender than its envelope; dropped"
+                        ),
                         Ok(m) if self.refuses_entries(&m) => self.ask_for_snapshot(&m),
                         Ok(m) => {
                             if let Err(e) = self.raw.step(m) {
