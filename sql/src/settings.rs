@@ -174,7 +174,38 @@ pub fn normalize_setting(name: &str, value: &str) -> Result<String> {
                 format!("parameter \"{name}\" cannot be changed"),
             ))
         }
+        _ if !is_known_setting(name) => {
+            return Err(Error::new(
+                sqlstate::UNDEFINED_OBJECT,
+                format!("unrecognized configuration parameter \"{name}\""),
+            ))
+        }
         _ => {}
     }
     Ok(value.to_string())
+}
+
+/// PostgreSQL 15's configuration parameters (`SELECT name FROM pg_settings`), which clients
+/// set whether or not Sluice acts on them.
+const PG_SETTINGS: &str = include_str!("pg_setting_names.txt");
+
+/// Settings only Sluice has.
+const OWN_SETTINGS: &[&str] = &[
+    crate::memory::SETTING,
+    "tail_wait",
+    "read_consistency",
+    // set by SET ROLE / SET SESSION AUTHORIZATION / reported at startup
+    "role",
+    "session_authorization",
+    "is_superuser",
+];
+
+/// Whether a (canonical) name is a setting: PostgreSQL's, Sluice's own, or a custom
+/// `prefix.name` (which PostgreSQL accepts for extensions and applications).
+pub fn is_known_setting(name: &str) -> bool {
+    name.contains('.')
+        || OWN_SETTINGS.contains(&name)
+        || PG_SETTINGS
+            .lines()
+            .any(|known| known.eq_ignore_ascii_case(name))
 }

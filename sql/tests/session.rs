@@ -1186,6 +1186,32 @@ async fn set_show_and_reset() {
     db.close().await;
 }
 
+/// Before: any name could be SET (`SET no_such_setting = 1` answered SET). Now, as in
+/// PostgreSQL, an unknown name is 42704; PostgreSQL's own parameters and custom `a.b` names
+/// are still accepted, so drivers' SETs keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_settings_are_42704_and_postgres_and_custom_ones_are_accepted() {
+    let (db, mut s) = setup().await;
+    let e = fails(&mut s, "SET no_such_setting = 1", "42704").await;
+    assert_eq!(
+        e.message,
+        "unrecognized configuration parameter \"no_such_setting\""
+    );
+    fails(&mut s, "SELECT set_config('no_such_setting', '1', false)", "42704").await;
+    assert!(s.set_setting("work_mme", "4MB").is_err(), "a startup option");
+    for sql in [
+        "SET extra_float_digits = 3",
+        "SET work_mem = '64MB'",
+        "SET DateStyle = 'ISO'",
+        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        "SET myapp.tenant = 'acme'",
+    ] {
+        assert_eq!(ok(&mut s, sql).await, "SET", "{sql}");
+    }
+    assert_eq!(scalar(&mut s, "SHOW myapp.tenant").await, "acme");
+    db.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_returns_to_the_startup_value() {
     let (db, mut s) = setup().await;

@@ -170,12 +170,20 @@ impl Session {
                 tag: "SHOW".into(),
             });
         }
-        let value = vars.settings.get(&key).cloned().ok_or_else(|| {
-            Error::new(
-                sqlstate::UNDEFINED_OBJECT,
-                format!("unrecognized configuration parameter \"{name}\""),
-            )
-        })?;
+        // `SHOW a.b` comes as the words `a b` (as `SHOW TIME ZONE` does)
+        let dotted = key.replace(' ', ".");
+        let (key, value) = match vars.settings.get(&key) {
+            Some(v) => (key, v.clone()),
+            None => match vars.settings.get(&dotted) {
+                Some(v) => (dotted, v.clone()),
+                None => {
+                    return Err(Error::new(
+                        sqlstate::UNDEFINED_OBJECT,
+                        format!("unrecognized configuration parameter \"{dotted}\""),
+                    ))
+                }
+            },
+        };
         let schema = Arc::new(Schema::new(vec![Field::new(key, DataType::Utf8, true)]));
         let batch = RecordBatch::try_new(
             schema.clone(),
