@@ -113,7 +113,8 @@ pub fn plans_in_place(stmt: &sqlparser::ast::Statement) -> bool {
 }
 
 /// Memory to reserve while `stmt` is planned: nothing for a small statement,
-/// [`PLANNING_BYTES_PER_NODE`] for each expression and subquery of a big one.
+/// [`PLANNING_BYTES_PER_NODE`] for each expression and subquery of a big one. Zero exactly
+/// when [`plans_in_place`] (`Session::plan_reserved` walks the statement once, relying on it).
 pub fn planning_bytes(stmt: &sqlparser::ast::Statement) -> usize {
     if plans_in_place(stmt) {
         return 0;
@@ -204,6 +205,10 @@ mod tests {
         let ands = format!("SELECT {}", vec!["true"; 100].join(" AND "));
         assert!(!plans_in_place(&statement(&ands)));
         assert_eq!(planning_bytes(&statement("SELECT 1")), 0);
+        for sql in ["SELECT 1", unions.as_str(), ands.as_str()] {
+            let stmt = statement(sql);
+            assert_eq!(planning_bytes(&stmt) == 0, plans_in_place(&stmt), "{sql}");
+        }
         let rows: Vec<String> = (0..1000).map(|i| format!("({i})")).collect();
         let values = format!("SELECT count(*) FROM (VALUES {}) AS t(a)", rows.join(","));
         let bytes = planning_bytes(&statement(&values));

@@ -456,9 +456,11 @@ impl Session {
     async fn plan_reserved(&self, stmt: &Statement) -> Result<(LogicalPlan, MemoryReservation)> {
         let reservation = MemoryConsumer::new("planning a statement")
             .register(&self.ctx.runtime_env().memory_pool);
-        reservation.try_grow(crate::executor::planning_bytes(stmt))?;
+        // nothing to reserve is exactly a statement small enough to plan in place
+        let bytes = crate::executor::planning_bytes(stmt);
+        reservation.try_grow(bytes)?;
         let state = self.ctx.state();
-        let in_place = crate::executor::plans_in_place(stmt);
+        let in_place = bytes == 0;
         let stmt = DFStatement::Statement(Box::new(with_unique_names(stmt)));
         if in_place {
             return Ok((state.statement_to_plan(stmt).await?, reservation));

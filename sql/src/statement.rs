@@ -366,6 +366,17 @@ fn rewrite(sql: &str) -> Result<(String, Vec<bool>)> {
             {
                 out.push_str("ROLLBACK");
             }
+            // a quoted identifier's quote inside it is doubled again (the token's Display
+            // prints the unescaped value: `"a ""b"""` came out as `"a "b""`)
+            Token::Word(Word {
+                value,
+                quote_style: Some(q),
+                ..
+            }) => {
+                out.push(*q);
+                out.push_str(&value.replace(*q, &format!("{q}{q}")));
+                out.push(*q);
+            }
             other => out.push_str(&other.to_string()),
         }
         let _ = i;

@@ -1186,6 +1186,25 @@ async fn set_show_and_reset() {
     db.close().await;
 }
 
+/// Before: a quote doubled inside a quoted identifier (`"a ""b"""`) was a syntax error: the
+/// token rewrite printed the identifier's value with its quotes undoubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotes_doubled_inside_quoted_identifiers_are_kept() {
+    let (db, mut s) = setup().await;
+    script(
+        &mut s,
+        r#"CREATE STREAM "a ""b""" (v int); INSERT INTO "a ""b""" (v) VALUES (7)"#,
+    )
+    .await;
+    assert_eq!(scalar(&mut s, r#"SELECT v FROM "a ""b""""#).await, "7");
+    assert_eq!(
+        scalar(&mut s, "SELECT name FROM sluice_streams").await,
+        r#"a "b""#
+    );
+    assert_eq!(columns(&mut s, r#"SELECT 1 AS "x""y""#).await, [r#"x"y"#]);
+    db.close().await;
+}
+
 /// Before: any name could be SET (`SET no_such_setting = 1` answered SET). Now, as in
 /// PostgreSQL, an unknown name is 42704; PostgreSQL's own parameters and custom `a.b` names
 /// are still accepted, so drivers' SETs keep working.
@@ -1197,8 +1216,16 @@ async fn unknown_settings_are_42704_and_postgres_and_custom_ones_are_accepted() 
         e.message,
         "unrecognized configuration parameter \"no_such_setting\""
     );
-    fails(&mut s, "SELECT set_config('no_such_setting', '1', false)", "42704").await;
-    assert!(s.set_setting("work_mme", "4MB").is_err(), "a startup option");
+    fails(
+        &mut s,
+        "SELECT set_config('no_such_setting', '1', false)",
+        "42704",
+    )
+    .await;
+    assert!(
+        s.set_setting("work_mme", "4MB").is_err(),
+        "a startup option"
+    );
     for sql in [
         "SET extra_float_digits = 3",
         "SET work_mem = '64MB'",

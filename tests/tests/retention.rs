@@ -57,6 +57,24 @@ async fn shape(client: &Client, stream: &str) -> (i64, i64, i64) {
     (n(0), n(1), n(2))
 }
 
+/// A client on each node of a three-node cluster.
+async fn clients(cluster: &Cluster) -> [Client; 3] {
+    [
+        cluster.client(1).await,
+        cluster.client(2).await,
+        cluster.client(3).await,
+    ]
+}
+
+/// The stream's shape on every node, in node order.
+async fn shapes(clients: &[Client], stream: &str) -> Vec<(i64, i64, i64)> {
+    let mut shapes = Vec::new();
+    for c in clients {
+        shapes.push(shape(c, stream).await);
+    }
+    shapes
+}
+
 /// Waits until `check` holds for the stream's shape; panics with the last shape if not.
 async fn until_shape(
     client: &Client,
@@ -182,17 +200,10 @@ async fn size_retention_is_applied_identically_on_every_node() {
     );
     // every node reaches the same cut, which keeps about 16 kB (plus the active segment),
     // and holds the same retained rows
-    let clients = [
-        cluster.client(1).await,
-        cluster.client(2).await,
-        cluster.client(3).await,
-    ];
+    let clients = clients(&cluster).await;
     let deadline = Instant::now() + ACTS_WITHIN;
     let first = loop {
-        let mut shapes = Vec::new();
-        for c in &clients {
-            shapes.push(shape(c, "q").await);
-        }
+        let shapes = shapes(&clients, "q").await;
         let first = shapes[0].0;
         if first > 0
             && shapes.iter().all(|s| s.0 == first)
@@ -251,21 +262,15 @@ async fn time_retention_bounds_a_stream_written_for_20s_on_every_node() {
     assert_eq!(text_rows(&reader, "FETCH 1 FROM c").await, [["0", "-1"]]);
 
     // sample every node's shape while the writer runs
-    let samplers: Vec<Client> = {
-        let mut v = Vec::new();
-        for id in [1, 2, 3] {
-            v.push(cluster.client(id).await);
-        }
-        v
-    };
+    let samplers = clients(&cluster).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampling = {
         let stop = stop.clone();
         tokio::spawn(async move {
             let mut seen: Vec<Vec<(i64, i64, i64)>> = vec![Vec::new(); samplers.len()];
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                for (i, c) in samplers.iter().enumerate() {
-                    seen[i].push(shape(c, "w").await);
+                for (i, shape) in shapes(&samplers, "w").await.into_iter().enumerate() {
+                    seen[i].push(shape);
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
@@ -312,17 +317,10 @@ async fn time_retention_bounds_a_stream_written_for_20s_on_every_node() {
         );
     }
     // at rest every node reaches one cut and holds the same rows, all acknowledged ones
-    let clients = [
-        cluster.client(1).await,
-        cluster.client(2).await,
-        cluster.client(3).await,
-    ];
+    let clients = clients(&cluster).await;
     let deadline = Instant::now() + ACTS_WITHIN;
     let first = loop {
-        let mut firsts = Vec::new();
-        for c in &clients {
-            firsts.push(shape(c, "w").await.0);
-        }
+        let firsts: Vec<i64> = shapes(&clients, "w").await.iter().map(|s| s.0).collect();
         if firsts.iter().all(|f| *f == firsts[0]) && firsts[0] > 0 {
             let next: Vec<Vec<Vec<String>>> = {
                 let mut v = Vec::new();
