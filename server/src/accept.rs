@@ -6,7 +6,9 @@
 //! connections run on their own tasks meanwhile. A burst of failures is logged once when it
 //! starts, once a minute while it lasts, and once when it is over: an accept has succeeded and
 //! [`QUIET`] has passed without a failure (so a server sitting at its descriptor limit, where
-//! accepts fail and succeed in turn, logs one burst, not a pair of lines per connection).
+//! accepts fail and succeed in turn, logs one burst, not a pair of lines per connection). A
+//! connection aborted or reset while it waited in the queue is no failure of the server's: it
+//! counts as a working accept (a burst whose last accept met one used to never end).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -39,6 +41,12 @@ pub async fn run(
                     failing.succeeded();
                     accepted(socket, peer);
                 }
+                // a connection that went away while it waited in the queue: accepting works
+                // (and a burst that ended on one must still end)
+                Err(e) if is_per_connection(&e) => {
+                    tracing::debug!("a queued connection was gone when accepted: {e}");
+                    failing.succeeded();
+                }
                 Err(e) => {
                     let backoff = failing.failed(&e);
                     tokio::select! {
@@ -49,6 +57,15 @@ pub async fn run(
             }
         }
     }
+}
+
+/// An accept error about the one connection (aborted or reset while queued), not about the
+/// server's resources.
+fn is_per_connection(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset
+    )
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -145,6 +162,17 @@ impl Failing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_resource_errors_count_as_failed_accepts() {
+        use std::io::{Error, ErrorKind};
+        assert!(is_per_connection(&Error::from(
+            ErrorKind::ConnectionAborted
+        )));
+        assert!(is_per_connection(&Error::from(ErrorKind::ConnectionReset)));
+        assert!(!is_per_connection(&Error::from_raw_os_error(24))); // EMFILE
+        assert!(!is_per_connection(&Error::from_raw_os_error(23))); // ENFILE
+    }
 
     #[tokio::test]
     async fn backoff_doubles_to_the_cap_and_resets_after_a_success() {

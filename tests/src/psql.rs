@@ -34,14 +34,19 @@ pub async fn run_script(server: &Server, script: &str, on_error_stop: bool) -> O
         .env("PGCONNECT_TIMEOUT", "10")
         .env("PGTZ", "UTC")
         .env("PAGER", "cat")
-        .env("COLUMNS", "200")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let output = within(Duration::from_secs(60), "psql", command.output())
+        .env("COLUMNS", "200");
+    run_logged(command, "psql").await
+}
+
+/// Runs `command` (stdin closed, killed if the test drops it) within a minute; prints its
+/// exit status and output, under `what`, for the test log.
+pub async fn run_logged(mut command: tokio::process::Command, what: &str) -> Output {
+    command.stdin(Stdio::null()).kill_on_drop(true);
+    let output = within(Duration::from_secs(60), what, command.output())
         .await
-        .expect("run psql");
+        .unwrap_or_else(|e| panic!("run {what}: {e}"));
     println!(
-        "psql exit: {}\n--- stdout\n{}--- stderr\n{}",
+        "{what} exit: {}\n--- stdout\n{}--- stderr\n{}",
         output.status,
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)

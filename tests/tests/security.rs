@@ -3,10 +3,10 @@
 //! password never crosses a connection (no cleartext or MD5 request is ever sent).
 
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
-use sluice_tests::psql::psql_on_path;
+use sluice_tests::psql::{psql_on_path, run_logged};
 use sluice_tests::wire::{cstr, message, startup, Read, Wire, ANSWER};
 use sluice_tests::{within, Server};
 
@@ -50,19 +50,8 @@ async fn psql(conninfo: &str, password: &str, sql: &str) -> Output {
     command
         .args(["-X", "-w", "-At", "-c", sql, conninfo])
         .env("PGPASSWORD", password)
-        .env("PGCONNECT_TIMEOUT", "10")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let output = within(Duration::from_secs(60), "psql", command.output())
-        .await
-        .expect("run psql");
-    println!(
-        "psql {conninfo}: {}\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
+        .env("PGCONNECT_TIMEOUT", "10");
+    run_logged(command, &format!("psql {conninfo}")).await
 }
 
 fn stdout(o: &Output) -> String {
