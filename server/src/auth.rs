@@ -10,7 +10,6 @@
 //! user exists or not.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use pgwire::error::PgWireError;
 use pgwire::tokio::TlsAcceptor;
@@ -130,9 +129,6 @@ pub struct ScramSlot(pub std::sync::Mutex<Option<Exchange>>);
 
 /// What `pg_stat_ssl` will show of the connection, found when TLS was negotiated.
 pub struct ConnectionTls(pub Option<sluice_sql::settings::SslInfo>);
-
-/// Shared by every connection.
-pub type SharedAuth = Arc<Auth>;
 
 #[cfg(test)]
 mod tests {

@@ -105,7 +105,8 @@ impl Verifier {
     }
 
     /// Whether `password` is the one this verifier was made from.
-    pub fn matches(&self, password: &str) -> bool {
+    #[cfg(test)]
+    fn matches(&self, password: &str) -> bool {
         let other = Verifier::with_salt(password, &self.salt, self.iterations);
         constant_time_eq(&other.stored_key, &self.stored_key)
     }
