@@ -92,7 +92,12 @@ pub enum RoleChange {
         name: String,
         superuser: Option<bool>,
         login: Option<bool>,
-        /// `Some(None)`: `PASSWORD NULL`.
+        /// `Some(None)`: `PASSWORD NULL` (JSON `null`; an absent field is "unchanged").
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "null_is_some_none"
+        )]
         password: Option<Option<String>>,
     },
     Drop {
@@ -146,6 +151,15 @@ impl RoleChange {
             _ => "REVOKE",
         }
     }
+}
+
+/// Reads a present field as `Some` even when it is `null`: serde's default reads `null` as
+/// `None`, which lost `PASSWORD NULL` on its way through the log.
+fn null_is_some_none<'de, D>(d: D) -> std::result::Result<Option<Option<String>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Option::<String>::deserialize(d).map(Some)
 }
 
 /// Every role, owner and grant.

@@ -2,6 +2,8 @@
 //! role without privileges is refused (42501) and what a grant, a membership or ownership
 //! lets it do, and roles surviving a checkpoint and a restart.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -106,7 +108,10 @@ async fn role_statements_answer_as_postgresql() {
     )
     .await;
     let bob = engine.catalog.roles().get("bob").cloned().unwrap();
-    assert!(!bob.login && bob.superuser && bob.verifier.is_none());
+    assert_eq!(
+        (bob.login, bob.superuser, bob.verifier.is_none()),
+        (false, true, true)
+    );
     ok(&mut su, "GRANT SELECT ON s TO reader").await;
     let m = fails(&mut su, "DROP ROLE reader", "2BP01").await;
     assert!(m.contains("privileges for relation s"), "{m}");
@@ -135,10 +140,7 @@ async fn a_role_needs_privileges_for_what_it_does() {
     let mut r = session(&engine, "reader");
     assert!(!r.is_superuser());
     assert_eq!(ok(&mut r, "SELECT * FROM s").await, 2);
-    assert_eq!(
-        ok(&mut r, "SELECT * FROM s WHERE offset > 0").await,
-        1
-    );
+    assert_eq!(ok(&mut r, "SELECT * FROM s WHERE offset > 0").await, 1);
     assert_eq!(
         ok(&mut r, "WITH x AS (SELECT * FROM s) SELECT * FROM x").await,
         2
@@ -214,6 +216,7 @@ async fn roles_survive_a_checkpoint_and_a_restart() {
     ok(&mut su, "GRANT SELECT ON s TO reader; GRANT app TO reader").await;
     ok(&mut su, "GRANT CREATE ON SCHEMA public TO app").await;
     let before = engine.catalog.roles();
+    drop(su);
     engine.shutdown().await;
     drop(engine);
 

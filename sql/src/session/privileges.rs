@@ -142,7 +142,12 @@ impl Check<'_> {
         let mut found = Relations::default();
         let _ = stmt.visit(&mut found);
         for name in &found.names {
-            if Some(name.as_str()) == skip || found.ctes.contains(name) {
+            // a CTE's name is skipped only when no relation has it: the visitor does not
+            // track scopes, and `... FROM secret WHERE EXISTS (WITH secret AS (..) ..)` must
+            // still check the real `secret` (denying a query whose CTE shadows a relation the
+            // role may not read is the safe side)
+            let cte_only = found.ctes.contains(name) && !self.session.engine.catalog.exists(name);
+            if Some(name.as_str()) == skip || cte_only {
                 continue;
             }
             self.may(name, Privilege::Select)?;
