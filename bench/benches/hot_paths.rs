@@ -136,6 +136,7 @@ fn apply(c: &mut Criterion) {
             name: "s".into(),
             definition_json: serde_json::to_string(&def).expect("json"),
             if_not_exists: false,
+            owner: String::new(),
         })),
     };
     let dir = tempfile::tempdir().expect("tempdir");

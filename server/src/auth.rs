@@ -1,7 +1,9 @@
 //! Who may log in, over what, and how they prove it.
 //!
 //! Owns the client port's TLS ([`crate::tls`]), the bootstrap superuser's [`Verifier`] (made
-//! from `--password` at startup) and each login's SCRAM exchange ([`crate::scram`]).
+//! from `--password` at startup) and each login's SCRAM exchange ([`crate::scram`]) against
+//! the role's verifier in the replicated catalog ([`sluice_sql::roles`]); a role without
+//! LOGIN is refused (`28000`) once its password is proven, or at once in trust mode.
 //! Invariants: without `--password` the server trusts its clients, and then it listens only
 //! on loopback (the configuration refuses anything else); with it, every login proves its
 //! password with SCRAM-SHA-256 and no password ever crosses the connection — cleartext and
@@ -15,6 +17,7 @@ use pgwire::error::PgWireError;
 use pgwire::tokio::TlsAcceptor;
 use rand::RngCore;
 use sluice_sql::error::sqlstate;
+use sluice_sql::roles::Roles;
 
 use crate::config::Config;
 use crate::errors::fatal;
@@ -99,9 +102,16 @@ impl Auth {
     }
 
     /// A SCRAM exchange for `user` on a connection (`secure`: over TLS, so it may bind to it).
-    pub fn exchange(&self, user: &str, secure: bool) -> Exchange {
-        let verifier = match &self.bootstrap {
-            Some(v) if user == self.superuser => Some(v.clone()),
+    /// A role's own verifier wins; the bootstrap superuser's password holds until the
+    /// catalog gives that role one.
+    pub fn exchange(&self, user: &str, secure: bool, roles: &Roles) -> Exchange {
+        let own = roles
+            .get(user)
+            .and_then(|r| r.verifier.as_deref())
+            .and_then(Verifier::parse);
+        let verifier = match (own, &self.bootstrap) {
+            (Some(v), _) => Some(v),
+            (None, Some(v)) if user == self.superuser => Some(v.clone()),
             _ => None,
         };
         let end_point = match &self.tls {
@@ -109,6 +119,17 @@ impl Auth {
             _ => None,
         };
         Exchange::new(user, verifier, &self.mock_secret, end_point)
+    }
+}
+
+/// Refuses a role that may not log in (`28000`, after its password was proven).
+pub fn check_login(user: &str, roles: &Roles) -> Result<(), PgWireError> {
+    match roles.get(user) {
+        Some(r) if !r.login => Err(fatal(
+            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            &format!("role \"{user}\" is not permitted to log in"),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -156,7 +177,7 @@ mod tests {
         assert!(!auth.trusts());
         assert_eq!(auth.mechanisms(true), vec!["SCRAM-SHA-256".to_string()]);
         // another user name runs the same exchange to a 28P01 (a mock verifier)
-        let mut ex = auth.exchange("sluice", false);
+        let mut ex = auth.exchange("sluice", false, &Roles::default());
         let first = ex.client_first("SCRAM-SHA-256", b"n,,n=,r=abc").unwrap();
         assert!(first.starts_with(b"r=abc"));
         let nonce = String::from_utf8(first).unwrap()[2..]

@@ -164,6 +164,7 @@ struct Parameters {
     timezone: String,
     /// `default_transaction_read_only` (libpq's `target_session_attrs` reads it).
     read_only: String,
+    is_superuser: String,
 }
 
 impl ServerParameterProvider for Parameters {
@@ -177,12 +178,12 @@ impl ServerParameterProvider for Parameters {
             ("IntervalStyle", "postgres"),
             ("integer_datetimes", "on"),
             ("standard_conforming_strings", "on"),
-            ("is_superuser", "on"),
             ("in_hot_standby", "off"),
             ("search_path", "\"$user\", public"),
         ] {
             p.insert(k.to_string(), v.to_string());
         }
+        p.insert("is_superuser".into(), self.is_superuser.clone());
         p.insert("TimeZone".into(), self.timezone.clone());
         p.insert("application_name".into(), self.application_name.clone());
         p.insert("session_authorization".into(), self.user.clone());
@@ -235,6 +236,7 @@ impl Backend {
             .get(pgwire::api::METADATA_DATABASE)
             .cloned()
             .unwrap_or_else(|| user.clone());
+        auth::check_login(&user, &self.engine.catalog.roles())?;
         let startup_error = |e: sluice_sql::Error| {
             let mut info = ErrorInfo::new("FATAL".into(), e.code.into(), e.message);
             info.detail = e.detail;
@@ -275,6 +277,7 @@ impl Backend {
         let read_only = session
             .setting("default_transaction_read_only")
             .unwrap_or_else(|| "off".into());
+        let is_superuser = if session.is_superuser() { "on" } else { "off" }.to_string();
         client
             .session_extensions()
             .insert(SessionSlot(Arc::new(Mutex::new(session))));
@@ -286,6 +289,7 @@ impl Backend {
                 user,
                 timezone,
                 read_only,
+                is_superuser,
             },
         )
         .await
@@ -381,7 +385,8 @@ impl StartupHandler for Backend {
                 match started {
                     None => {
                         let (mechanism, data) = sasl_initial_response(msg)?;
-                        let mut exchange = self.auth.exchange(&user, client.is_secure());
+                        let roles = self.engine.catalog.roles();
+                        let mut exchange = self.auth.exchange(&user, client.is_secure(), &roles);
                         let first = exchange
                             .client_first(&mechanism, &data)
                             .map_err(|f| auth::failure(&user, f))?;

@@ -20,6 +20,6 @@ pub mod handler;
 pub mod metrics;
 pub mod panics;
 pub mod params;
-pub mod scram;
+pub use sluice_sql::scram;
 pub mod tls;
 pub mod wire;

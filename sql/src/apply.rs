@@ -37,6 +37,7 @@ use crate::catalog::{Catalog, Stream};
 use crate::command::{op, Command, CommandResult, OpOutcome};
 use crate::definition::{StreamDef, TableDef, CONSUMER_OFFSETS};
 use crate::error::{sqlstate, Error};
+use crate::roles::{CatalogView, RoleChange, Roles};
 use crate::table::store::{TableStore, TableVersions, Write};
 use crate::table::{write_kind, Table};
 
@@ -64,6 +65,9 @@ struct CheckpointFile {
     /// checkpoint is still exactly at it.
     #[serde(default)]
     snapshot_point: Option<(u64, u64)>,
+    /// Roles, owners and grants (absent from data directories made before roles).
+    #[serde(default)]
+    roles: Roles,
 }
 
 /// What a Raft snapshot of the database carries: the checkpoint record, every table's rows
@@ -235,6 +239,7 @@ impl Database {
                 .collect(),
             table_versions: self.tables.versions(),
             snapshot_point: self.snapshot_point.filter(|(i, _)| *i == index),
+            roles: (*self.catalog.roles()).clone(),
         };
         let bytes = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
         self.tables
@@ -573,6 +578,15 @@ impl Database {
             .ops
             .iter()
             .any(|o| matches!(o.kind, Some(op::Kind::TableWrite(_))));
+        let changes_roles = cmd
+            .ops
+            .iter()
+            .any(|o| matches!(o.kind, Some(op::Kind::RoleChange(_))));
+        if changes_roles && cmd.ops.len() > 1 {
+            return Err(Error::internal(
+                "a role change must be a command of its own",
+            ));
+        }
         if checkpoints_midway && writes_tables {
             return Err(Error::unsupported(
                 "DROP and prefix truncation cannot commit together with table writes",
@@ -613,7 +627,7 @@ impl Database {
                         overlay.insert(name, Some(0));
                     }
                 }
-                Some(op::Kind::TableWrite(_)) => {}
+                Some(op::Kind::TableWrite(_)) | Some(op::Kind::RoleChange(_)) => {}
                 Some(op::Kind::DropRelation(d)) => {
                     if d.name == CONSUMER_OFFSETS {
                         return Err(Error::new(
@@ -665,6 +679,7 @@ impl Database {
                     self.append(a, cmd.ts_micros, plan, &mut table_writes)?
                 }
                 Some(op::Kind::Truncate(t)) => self.truncate(index, t)?,
+                Some(op::Kind::RoleChange(r)) => self.change_roles(r),
                 None => Err(Error::internal("empty op in command")),
             };
             match outcome {
@@ -704,6 +719,7 @@ impl Database {
         .map_err(|e| e.to_string())?;
         self.catalog
             .insert(Arc::new(Stream::new(def, Arc::new(log))));
+        self.owned_by(&c.name, &c.owner);
         Ok(Ok(OpOutcome::Created { existed: false }))
     }
 
@@ -726,12 +742,56 @@ impl Database {
         }
         self.tables.reset_table(index, def.id);
         self.catalog.insert_table(Arc::new(Table::new(def)));
+        self.owned_by(&c.name, &c.owner);
         Ok(Ok(OpOutcome::Created { existed: false }))
+    }
+
+    /// A relation just created belongs to `owner` (empty: to the superuser).
+    fn owned_by(&self, relation: &str, owner: &str) {
+        let mut roles = (*self.catalog.roles()).clone();
+        roles.created(relation, (!owner.is_empty()).then_some(owner));
+        self.catalog.set_roles(roles);
+    }
+
+    /// `CREATE ROLE`, `GRANT` and the like: validated and applied whole, or not at all.
+    fn change_roles(&mut self, r: crate::command::RoleChange) -> Result<OpOutcome, Error> {
+        let change: RoleChange = serde_json::from_str(&r.change_json)
+            .map_err(|e| Error::internal(format!("bad role change: {e}")))?;
+        let catalog = self.catalog.clone();
+        let exists = move |n: &str| catalog.exists(n);
+        let mut all: Vec<String> = self
+            .catalog
+            .list()
+            .iter()
+            .map(|s| s.name().to_string())
+            .collect();
+        all.extend(
+            self.catalog
+                .tables()
+                .iter()
+                .filter(|t| t.def.name != CONSUMER_OFFSETS)
+                .map(|t| t.def.name.clone()),
+        );
+        let view = CatalogView {
+            exists: &exists,
+            all_relations: all,
+        };
+        let mut roles = (*self.catalog.roles()).clone();
+        let mut next_oid = self.next_oid;
+        roles.apply(change, &view, &mut next_oid)?;
+        self.next_oid = next_oid;
+        self.catalog.set_roles(roles);
+        Ok(OpOutcome::RolesChanged)
     }
 
     /// `DROP STREAM` / `DROP TABLE` (either drops either): a stream's
     /// files go after a checkpoint that no longer names them.
     fn drop_relation(&mut self, index: u64, d: crate::command::DropRelation) -> Applied {
+        if self.catalog.exists(&d.name) {
+            let mut roles = (*self.catalog.roles()).clone();
+            roles.dropped(&d.name);
+            self.catalog.set_roles(roles);
+        }
         if self.catalog.get(&d.name).is_none() {
             return Ok(Ok(match self.catalog.remove_table(&d.name) {
                 Some(t) => {
@@ -846,6 +906,7 @@ fn load_catalog(
 ) -> Result<u32, Error> {
     let streams_dir = dir.join(STREAMS_DIR);
     catalog.insert_table(Arc::new(Table::new(TableDef::consumer_offsets())));
+    catalog.set_roles(cp.roles.clone());
     for def in &cp.tables {
         catalog.insert_table(Arc::new(Table::new(def.clone())));
     }
@@ -1025,6 +1086,7 @@ mod tests {
                 name: name.into(),
                 definition_json: serde_json::to_string(&def).unwrap(),
                 if_not_exists: false,
+                owner: String::new(),
             })),
         }
     }

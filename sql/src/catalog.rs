@@ -5,7 +5,8 @@
 //! while applying a committed command, so every replica holds the same
 //! catalog at the same applied index. Sessions read it concurrently: a
 //! [`Stream`] handle stays valid (and readable) even if the stream is
-//! dropped while a query runs.
+//! dropped while a query runs. The catalog also holds the [`Roles`] (replaced whole by
+//! each applied role change, so a reader sees one consistent version).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -18,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::definition::StreamDef;
 use crate::error::Result;
+use crate::roles::Roles;
 use crate::table::Table;
 
 /// A live stream: definition, log and change notification.
@@ -100,6 +102,7 @@ pub struct Catalog {
     restoring: std::sync::atomic::AtomicBool,
     /// Count of finished snapshot installs.
     restores: watch::Sender<u64>,
+    roles: RwLock<Arc<Roles>>,
 }
 
 impl Default for Catalog {
@@ -110,6 +113,7 @@ impl Default for Catalog {
             version: AtomicU64::new(0),
             restoring: std::sync::atomic::AtomicBool::new(false),
             restores: watch::channel(0).0,
+            roles: RwLock::default(),
         }
     }
 }
@@ -186,6 +190,15 @@ impl Catalog {
             _ if self.restoring() => Current::Restoring,
             _ => Current::Gone,
         }
+    }
+
+    /// The roles as of the last applied change.
+    pub fn roles(&self) -> Arc<Roles> {
+        self.roles.read().clone()
+    }
+
+    pub(crate) fn set_roles(&self, roles: Roles) {
+        *self.roles.write() = Arc::new(roles);
     }
 
     pub fn table(&self, name: &str) -> Option<Arc<Table>> {

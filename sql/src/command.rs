@@ -39,7 +39,7 @@ pub struct TableRead {
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Op {
-    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4, 5, 6")]
+    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4, 5, 6, 7")]
     pub kind: Option<op::Kind>,
 }
 
@@ -58,6 +58,8 @@ pub mod op {
         CreateTable(super::CreateTable),
         #[prost(message, tag = "6")]
         TableWrite(super::TableWrite),
+        #[prost(message, tag = "7")]
+        RoleChange(super::RoleChange),
     }
 }
 
@@ -70,6 +72,9 @@ pub struct CreateStream {
     pub definition_json: String,
     #[prost(bool, tag = "3")]
     pub if_not_exists: bool,
+    /// The creating role, which will own it; empty: a superuser outside the roles.
+    #[prost(string, tag = "4")]
+    pub owner: String,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -81,6 +86,17 @@ pub struct CreateTable {
     pub definition_json: String,
     #[prost(bool, tag = "3")]
     pub if_not_exists: bool,
+    /// The creating role, which will own it; empty: a superuser outside the roles.
+    #[prost(string, tag = "4")]
+    pub owner: String,
+}
+
+/// A change to roles and privileges (see [`crate::roles`]).
+#[derive(Clone, PartialEq, Message)]
+pub struct RoleChange {
+    /// JSON of a `roles::RoleChange` (passwords already verifiers).
+    #[prost(string, tag = "1")]
+    pub change_json: String,
 }
 
 /// One row change of a table (see `table::write_kind`).
@@ -170,6 +186,8 @@ pub enum OpOutcome {
     },
     /// A table row was written.
     Written,
+    /// Roles or privileges changed.
+    RolesChanged,
 }
 
 /// The state machine's answer to a command: deterministic failures are

@@ -48,6 +48,8 @@ pub mod sqlstate {
     pub const CANNOT_CONNECT_NOW: &str = "57P03";
     pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
     pub const DUPLICATE_OBJECT: &str = "42710";
+    pub const DEPENDENT_OBJECTS_STILL_EXIST: &str = "2BP01";
+    pub const INVALID_GRANT_OPERATION: &str = "0LP01";
     pub const IO_ERROR: &str = "58030";
     pub const INTERNAL_ERROR: &str = "XX000";
     pub const INSUFFICIENT_RESOURCES: &str = "53000";

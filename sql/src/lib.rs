@@ -33,6 +33,8 @@ pub mod memory;
 pub mod notify;
 mod pushdown;
 pub mod retention;
+pub mod roles;
+pub mod scram;
 pub mod session;
 pub mod settings;
 pub mod statement;

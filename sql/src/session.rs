@@ -58,6 +58,7 @@ mod describe;
 mod dml;
 mod listen;
 mod naming;
+mod privileges;
 mod returning;
 mod transaction;
 mod udfs;
@@ -162,6 +163,9 @@ pub struct Session {
     /// Set once the running statement has proposed a write that may commit:
     /// from then on it is not interrupted (see [`crate::interrupt`]).
     committing: Arc<AtomicBool>,
+    /// The role the session acts as; `None`: a superuser outside the roles (see
+    /// `privileges`).
+    role: Option<String>,
 }
 
 impl Session {
@@ -214,6 +218,7 @@ impl Session {
             tables,
             memory,
             committing: Arc::new(AtomicBool::new(false)),
+            role: None,
         })
     }
 
@@ -263,9 +268,18 @@ impl Session {
     /// The user and database named at startup (`current_user`,
     /// `current_database()`, the catalogs).
     pub fn set_identity(&mut self, user: &str, database: &str) {
+        self.role = self
+            .engine
+            .catalog
+            .roles()
+            .get(user)
+            .map(|r| r.name.clone());
+        let superuser = if self.is_superuser() { "on" } else { "off" };
         let mut vars = self.vars.write();
         vars.user = user.to_string();
         vars.database = database.to_string();
+        vars.settings
+            .insert("is_superuser".into(), superuser.into());
     }
 
     /// The statements of a simple-protocol query, for [`Session::execute`]
@@ -375,6 +389,7 @@ impl Session {
     /// statement kind.
     async fn execute_inner(&mut self, p: &Parsed, params: &[ScalarValue]) -> Result<Output> {
         self.enter_statement(p)?;
+        self.check_privileges(p)?;
         self.read_barrier(p).await?;
         match p {
             Parsed::Query(stmt) => Box::pin(self.query(stmt, params)).await,
@@ -403,6 +418,7 @@ impl Session {
                 stream,
             } => self.drop_relations(names, *if_exists, *stream).await,
             Parsed::AlterCluster(change) => self.alter_cluster(change).await,
+            Parsed::Roles(change) => self.change_roles(change).await,
             Parsed::Begin { read_only } => self.begin(*read_only),
             Parsed::Commit => self.commit().await,
             Parsed::Rollback => self.rollback(),

@@ -24,6 +24,8 @@ use crate::units;
 
 pub use datafusion::sql::sqlparser;
 
+mod roles;
+
 /// A statement, classified by what executes it.
 #[derive(Debug, Clone)]
 pub enum Parsed {
@@ -97,6 +99,9 @@ pub enum Parsed {
         channel: String,
         payload: String,
     },
+    /// CREATE/ALTER/DROP ROLE, GRANT, REVOKE (a password still in clear until the session
+    /// hashes it).
+    Roles(crate::roles::RoleChange),
     /// Recognized but refused; the error is raised when it executes.
     Refused(Error),
 }
@@ -333,6 +338,26 @@ fn rewrite(sql: &str) -> Result<(String, Vec<bool>)> {
                 }
                 out.push_str("TABLE");
             }
+            // `CREATE USER` is `CREATE ROLE ... LOGIN` (remembered like a stream)
+            Token::Word(w)
+                if w.quote_style.is_none()
+                    && is_word(w, "user")
+                    && prev_is(prev_sig, &["create"]) =>
+            {
+                if let Some(last) = flags.last_mut() {
+                    *last = true;
+                }
+                out.push_str("ROLE");
+            }
+            // `GRANT r TO m` / `REVOKE r FROM m`: a role, which sqlparser reads as `ROLE r`
+            Token::Word(w)
+                if prev_is(prev_sig, &["grant", "revoke"])
+                    && !roles::is_privilege_word(w)
+                    && matches!(next_sig, Some(Token::Word(n)) if is_word(n, "to") || is_word(n, "from")) =>
+            {
+                out.push_str("ROLE ");
+                out.push_str(&tok.to_string());
+            }
             Token::Word(w)
                 if w.quote_style.is_none()
                     && is_word(w, "streams")
@@ -515,6 +540,17 @@ fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
             payload: payload.unwrap_or_default(),
         },
         Statement::Truncate(t) => refuse_truncate(&t),
+        Statement::CreateRole(c) => roles::classify_create(&c, is_stream)?,
+        Statement::AlterRole { name, operation } => roles::classify_alter(&name, &operation)?,
+        Statement::Drop {
+            object_type: ObjectType::Role | ObjectType::User,
+            if_exists,
+            names,
+            cascade,
+            ..
+        } => roles::classify_drop(&names, if_exists, cascade)?,
+        Statement::Grant(g) => roles::classify_grant(&g)?,
+        Statement::Revoke(r) => roles::classify_revoke(&r)?,
         other => refuse(&other),
     })
 }

@@ -235,3 +235,81 @@ async fn unreadable_tls_files_stop_the_server_at_start() {
     );
     assert!(!text.contains("listening on"), "{text}");
 }
+
+/// Acceptance 4: a role with only SELECT on one stream logs in with SCRAM, reads and tails
+/// that stream, and gets `42501` for everything else; a NOLOGIN role gets `28000`.
+#[tokio::test]
+async fn a_role_with_select_on_one_stream_may_only_read_it() {
+    if !psql_on_path() {
+        eprintln!("SKIPPED: psql is not on PATH");
+        return;
+    }
+    let certs = certificates();
+    let dir = certs.path();
+    let server = tls_server(dir).await;
+    let port = server.port();
+    let admin = conninfo(port, dir, "channel_binding=require");
+    let setup = "CREATE STREAM events (v INT); CREATE STREAM secret (v INT); \
+                 INSERT INTO events VALUES (1), (2), (3); \
+                 CREATE ROLE reader LOGIN PASSWORD 'reader pw'; \
+                 CREATE ROLE locked NOLOGIN PASSWORD 'locked pw'; \
+                 GRANT SELECT ON events TO reader";
+    let out = psql(&admin, PASSWORD, setup).await;
+    assert!(out.status.success());
+    let as_reader = admin.replace("user=sluice", "user=reader");
+    let out = psql(
+        &as_reader,
+        "reader pw",
+        "SELECT current_user, session_user, count(*) FROM events",
+    )
+    .await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), "reader|reader|3");
+    let out = psql(&as_reader, "reader pw", "SHOW is_superuser").await;
+    assert_eq!(stdout(&out), "off");
+    // a tail through a cursor: the rows after offset 0 (FETCH waits tail_wait for more)
+    let out = psql(
+        &as_reader,
+        "reader pw",
+        "BEGIN; DECLARE c CURSOR FOR SELECT v FROM events WHERE offset > 0; \
+         SET tail_wait = '200ms'; FETCH 100 FROM c",
+    )
+    .await;
+    assert!(out.status.success());
+    // psql prints the other statements' tags before the rows
+    assert_eq!(stdout(&out), "BEGIN\nDECLARE CURSOR\nSET\n2\n3");
+    for sql in [
+        "INSERT INTO events VALUES (4)",
+        "DROP STREAM events",
+        "SELECT * FROM secret",
+        "CREATE STREAM mine (v INT)",
+        "DELETE FROM events WHERE offset < 1",
+        "CREATE ROLE x",
+        "LISTEN secret",
+    ] {
+        let out = psql(&as_reader, "reader pw", sql).await;
+        assert!(!out.status.success(), "{sql}");
+        // (the SQLSTATEs themselves are pinned in sql/tests/roles.rs)
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("permission denied") || err.contains("must be owner"),
+            "{sql}: {err}"
+        );
+    }
+    // COPY FROM STDIN, through psql's \copy
+    let out = psql(&as_reader, "reader pw", "\\copy events from stdin").await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("permission denied for table events"));
+    // the right password, but no LOGIN
+    let as_locked = admin.replace("user=sluice", "user=locked");
+    let out = psql(&as_locked, "locked pw", "SELECT 1").await;
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("role \"locked\" is not permitted to log in")
+    );
+    let out = psql(&as_locked, "wrong", "SELECT 1").await;
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("password authentication failed for user \"locked\""));
+    // the superuser still reads everything
+    let out = psql(&admin, PASSWORD, "SELECT count(*) FROM secret").await;
+    assert_eq!(stdout(&out), "0");
+}

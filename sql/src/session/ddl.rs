@@ -26,6 +26,7 @@ impl Session {
             name: def.name.clone(),
             definition_json: definition_json(def)?,
             if_not_exists,
+            owner: self.owner_name(),
         });
         self.run_ddl(vec![kind], "CREATE TABLE").await
     }
@@ -39,6 +40,7 @@ impl Session {
             name: def.name.clone(),
             definition_json: definition_json(def)?,
             if_not_exists,
+            owner: self.owner_name(),
         });
         self.run_ddl(vec![kind], "CREATE STREAM").await
     }
@@ -80,7 +82,7 @@ impl Session {
     }
 
     /// Propose one command of `kinds` (outside any block) and answer `tag`.
-    async fn run_ddl(&mut self, kinds: Vec<op::Kind>, tag: &str) -> Result<Output> {
+    pub(super) async fn run_ddl(&mut self, kinds: Vec<op::Kind>, tag: &str) -> Result<Output> {
         let ops = kinds.into_iter().map(|k| Op { kind: Some(k) }).collect();
         self.propose(ops, 0, vec![]).await?;
         Ok(Output::Tag(tag.into()))

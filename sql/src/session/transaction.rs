@@ -81,6 +81,7 @@ fn write_verb(p: &Parsed) -> Option<&'static str> {
         Parsed::DropRelation { stream: true, .. } => "DROP STREAM",
         Parsed::DropRelation { .. } => "DROP TABLE",
         Parsed::AlterCluster(_) => "ALTER CLUSTER",
+        Parsed::Roles(c) => c.tag(),
         _ => return None,
     })
 }
