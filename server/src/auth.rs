@@ -9,7 +9,11 @@
 //! password with SCRAM-SHA-256 and no password ever crosses the connection — cleartext and
 //! MD5 password requests are never sent, on TLS or off it; a client beyond loopback must
 //! use TLS unless `--allow-unencrypted` says otherwise; a failed login is `28P01` whether the
-//! user exists or not.
+//! user exists or not. Connection rules in the config file ([`crate::rules`]), when there
+//! are any, replace the first two defaults: the first matching rule says whether a login
+//! needs TLS, its password (SCRAM, even without `--password`: then only roles with a
+//! password can log in), a client certificate naming the user, or nothing; no match is
+//! `28000`.
 
 use std::net::SocketAddr;
 
@@ -18,9 +22,11 @@ use pgwire::tokio::TlsAcceptor;
 use rand::RngCore;
 use sluice_sql::error::sqlstate;
 use sluice_sql::roles::Roles;
+use sluice_sql::settings::SslInfo;
 
 use crate::config::Config;
 use crate::errors::fatal;
+use crate::rules::{self, Decision, Rule};
 use crate::scram::{self, Exchange, Failure, Verifier};
 use crate::tls::{self, Tls};
 
@@ -31,6 +37,8 @@ pub struct Auth {
     bootstrap: Option<Verifier>,
     tls: Option<Tls>,
     allow_unencrypted: bool,
+    /// The config file's connection rules ([`crate::rules`]).
+    rules: Vec<Rule>,
     /// Salts the mock exchange of users without a password.
     mock_secret: [u8; 32],
 }
@@ -46,12 +54,14 @@ impl Auth {
             )?),
             None => None,
         };
-        Ok(Auth::with(
+        let mut auth = Auth::with(
             config.superuser.clone(),
             config.password.as_deref(),
             tls,
             config.allow_unencrypted,
-        ))
+        );
+        auth.rules = config.rules.clone();
+        Ok(auth)
     }
 
     pub fn with(
@@ -67,13 +77,62 @@ impl Auth {
             bootstrap: password.map(Verifier::new),
             tls,
             allow_unencrypted,
+            rules: Vec::new(),
             mock_secret,
         }
     }
 
-    /// Trust: no password was configured.
-    pub fn trusts(&self) -> bool {
-        self.bootstrap.is_none()
+    /// How a login must prove itself: the transport policy first, then the first matching
+    /// connection rule, or without rules the defaults (trust without `--password`, SCRAM
+    /// with it).
+    pub fn admit(
+        &self,
+        peer: SocketAddr,
+        tls: Option<&SslInfo>,
+        user: &str,
+        roles: &Roles,
+    ) -> Result<Proof, PgWireError> {
+        self.check_transport(peer, tls.is_some())?;
+        let refused = |why: String| {
+            Err(fatal(
+                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                &format!(
+                    "connection for host \"{}\", user \"{user}\" refused: {why}",
+                    peer.ip()
+                ),
+            ))
+        };
+        let needs = match rules::decide(&self.rules, peer.ip(), user) {
+            Decision::Defaults if self.bootstrap.is_none() => return Ok(Proof::Trust),
+            Decision::Defaults => return Ok(Proof::Scram),
+            Decision::Refuse(Some(n)) => return refused(format!("connection rule {n} rejects it")),
+            Decision::Refuse(None) => return refused("no connection rule matches it".into()),
+            Decision::Allow(needs) => needs,
+        };
+        if needs.tls && tls.is_none() {
+            return refused("its connection rule requires an encrypted connection".into());
+        }
+        if needs.cert && tls.and_then(|t| t.client_cn.as_deref()) != Some(user) {
+            return Err(fatal(
+                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                &format!(
+                    "certificate authentication failed for user \"{user}\": its connection rule \
+                     requires a client certificate whose common name is the user name"
+                ),
+            ));
+        }
+        if needs.scram {
+            return Ok(Proof::Scram);
+        }
+        // admitted without a password: a name that is no role must be the bootstrap
+        // superuser's (only zero-config trust lets any name in as a superuser)
+        if roles.get(user).is_none() && user != self.superuser {
+            return Err(fatal(
+                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                &format!("role \"{user}\" does not exist"),
+            ));
+        }
+        Ok(Proof::Trust)
     }
 
     pub fn tls_acceptor(&self) -> Option<TlsAcceptor> {
@@ -120,6 +179,15 @@ impl Auth {
         };
         Exchange::new(user, verifier, &self.mock_secret, end_point)
     }
+}
+
+/// What a login must still prove once admitted.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Proof {
+    /// Nothing more: trusted (or proven by its certificate).
+    Trust,
+    /// Its password, by SCRAM-SHA-256.
+    Scram,
 }
 
 /// Refuses a role that may not log in (`28000`, after its password was proven).
@@ -174,7 +242,11 @@ mod tests {
     #[test]
     fn only_the_superuser_has_the_bootstrap_password() {
         let auth = Auth::with("admin".into(), Some("pw"), None, false);
-        assert!(!auth.trusts());
+        let local: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        assert_eq!(
+            auth.admit(local, None, "admin", &Roles::default()).ok(),
+            Some(Proof::Scram)
+        );
         assert_eq!(auth.mechanisms(true), vec!["SCRAM-SHA-256".to_string()]);
         // another user name runs the same exchange to a 28P01 (a mock verifier)
         let mut ex = auth.exchange("sluice", false, &Roles::default());
@@ -187,6 +259,54 @@ mod tests {
             .to_string();
         let last = format!("c=biws,r={nonce},p=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=");
         assert_eq!(ex.client_final(last.as_bytes()), Err(Failure::Password));
-        assert!(Auth::with("admin".into(), None, None, false).trusts());
+        let local: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let trusting = Auth::with("admin".into(), None, None, false);
+        assert_eq!(
+            trusting
+                .admit(local, None, "anyone", &Roles::default())
+                .ok(),
+            Some(Proof::Trust)
+        );
+    }
+
+    #[test]
+    fn a_rule_that_asks_no_password_admits_only_roles_and_the_superuser() {
+        let mut auth = Auth::with("sluice".into(), Some("pw"), None, false);
+        let local: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let roles = Roles::default();
+        assert_eq!(
+            auth.admit(local, None, "anyone", &roles).ok(),
+            Some(Proof::Scram)
+        );
+        let rule: rules::RuleText = toml::from_str("address = \"loopback\"").unwrap();
+        auth.rules = rules::parse(
+            &[rule],
+            &rules::Offers {
+                tls: false,
+                client_ca: false,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            auth.admit(local, None, "sluice", &roles).ok(),
+            Some(Proof::Trust)
+        );
+        let Err(PgWireError::UserError(info)) = auth.admit(local, None, "mallory", &roles) else {
+            panic!("a name that is no role got in without a password");
+        };
+        assert_eq!(info.code, "28000");
+        assert_eq!(info.message, "role \"mallory\" does not exist");
+        let remote: SocketAddr = "192.0.2.7:5000".parse().unwrap();
+        let tls = SslInfo::default();
+        let Err(PgWireError::UserError(info)) = auth.admit(remote, Some(&tls), "sluice", &roles)
+        else {
+            panic!("no rule matched, yet the connection got in");
+        };
+        assert_eq!(info.code, "28000");
+        assert!(
+            info.message.contains("no connection rule matches"),
+            "{}",
+            info.message
+        );
     }
 }

@@ -144,6 +144,8 @@ struct FileConfig {
     statement_timeout: Option<String>,
     segment_bytes: Option<u64>,
     checkpoint_entries: Option<u64>,
+    /// File only: see [`crate::rules`].
+    connection_rules: Option<Vec<crate::rules::RuleText>>,
 }
 
 /// `--max-statement-memory` and `--max-query-memory` in bytes: each at least the smallest
@@ -218,6 +220,8 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// Clients beyond loopback may connect without TLS.
     pub allow_unencrypted: bool,
+    /// The config file's connection rules (empty: the defaults).
+    pub rules: Vec<crate::rules::Rule>,
     pub max_connections: usize,
     /// How long a connection may take from accept to the end of authentication.
     pub authentication_timeout: Duration,
@@ -293,6 +297,13 @@ impl Config {
                  --allow-unencrypted to let clients beyond loopback connect in the clear"
             ));
         }
+        let rules = crate::rules::parse(
+            file.connection_rules.as_deref().unwrap_or_default(),
+            &crate::rules::Offers {
+                tls: tls.is_some(),
+                client_ca: tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+            },
+        )?;
         let superuser = args
             .superuser
             .or(file.superuser)
@@ -369,6 +380,7 @@ impl Config {
             superuser,
             tls,
             allow_unencrypted,
+            rules,
             max_connections: args
                 .max_connections
                 .or(file.max_connections)

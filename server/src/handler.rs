@@ -354,9 +354,20 @@ impl StartupHandler for Backend {
             PgWireFrontendMessage::Startup(ref startup) => {
                 protocol_negotiation(client, startup).await?;
                 save_startup_parameters_to_metadata(client, startup);
-                self.auth
-                    .check_transport(client.socket_addr(), client.is_secure())?;
-                if self.auth.trusts() {
+                let user = client
+                    .metadata()
+                    .get(METADATA_USER)
+                    .cloned()
+                    .unwrap_or_default();
+                let tls = client
+                    .session_extensions()
+                    .get::<ConnectionTls>()
+                    .and_then(|t| t.0.clone());
+                let roles = self.engine.catalog.roles();
+                let proof = self
+                    .auth
+                    .admit(client.socket_addr(), tls.as_ref(), &user, &roles)?;
+                if proof == auth::Proof::Trust {
                     return self.complete_startup(client).await;
                 }
                 client.set_state(PgWireConnectionState::AuthenticationInProgress);

@@ -20,6 +20,7 @@ pub mod handler;
 pub mod metrics;
 pub mod panics;
 pub mod params;
+pub mod rules;
 pub use sluice_sql::scram;
 pub mod tls;
 pub mod wire;

@@ -130,6 +130,7 @@ fn lower_priority(nice: i32) {
 async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), String> {
     let mut engine_config = EngineConfig::single_node(config.data_dir.clone());
     engine_config.query_runtime = Some(queries);
+    engine_config.superuser = config.superuser.clone();
     engine_config.node.id = config.node_id;
     engine_config.node.voters = if config.join {
         Vec::new()

@@ -132,6 +132,12 @@ pub fn info(stream: &MaybeTls) -> Option<SslInfo> {
         cipher,
         bits,
         client_dn: client.as_ref().and_then(|c| name(c.subject_name())),
+        client_cn: client.as_ref().and_then(|c| {
+            c.subject_name()
+                .iter_common_name()
+                .next()
+                .and_then(|cn| cn.to_string().ok())
+        }),
         issuer_dn: client.as_ref().and_then(|c| name(c.issuer_name())),
         client_serial: client.as_ref().map(|c| {
             c.serial_number_asn1()

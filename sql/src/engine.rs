@@ -77,6 +77,9 @@ pub struct EngineConfig {
     /// Where query plans run (see [`crate::executor`]); `None` runs them
     /// on the caller's runtime.
     pub query_runtime: Option<tokio::runtime::Handle>,
+    /// The bootstrap superuser's name (`--superuser`): the owner of what no role owns, as
+    /// the catalogs show it.
+    pub superuser: String,
 }
 
 impl EngineConfig {
@@ -87,6 +90,7 @@ impl EngineConfig {
             limits: Limits::default(),
             segment_bytes: 64 << 20,
             query_runtime: None,
+            superuser: "sluice".into(),
         }
     }
 }
@@ -111,6 +115,8 @@ pub struct Engine {
     /// each meets only first attempts (the way a row lock queues writers).
     pub(crate) retry_lane: tokio::sync::Mutex<()>,
     pub(crate) query_runtime: Option<tokio::runtime::Handle>,
+    /// The bootstrap superuser's name (see [`EngineConfig::superuser`]).
+    superuser: String,
     /// Started with `--peers`: a Raft listener exists, so members can be added.
     clustered: bool,
     /// Where statements spill what does not fit in their memory (see [`crate::memory`]).
@@ -156,6 +162,7 @@ impl Engine {
             row_ids: std::sync::atomic::AtomicU64::new(node_id << 48),
             retry_lane: tokio::sync::Mutex::new(()),
             query_runtime: config.query_runtime,
+            superuser: config.superuser,
             query_memory,
             clustered,
             spill,
@@ -558,6 +565,10 @@ impl SchemaProvider for LiveSchema {
 impl crate::system::CatalogSource for Engine {
     fn catalog(&self) -> &Catalog {
         &self.catalog
+    }
+
+    fn superuser(&self) -> &str {
+        &self.superuser
     }
 
     fn system_views(&self) -> Vec<(&'static str, SchemaRef)> {

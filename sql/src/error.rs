@@ -16,6 +16,7 @@ pub mod sqlstate {
     pub const DUPLICATE_COLUMN: &str = "42701";
     pub const UNDEFINED_OBJECT: &str = "42704";
     pub const UNDEFINED_FUNCTION: &str = "42883";
+    pub const INVALID_SCHEMA_NAME: &str = "3F000";
     pub const DATATYPE_MISMATCH: &str = "42804";
     pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
     pub const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";

@@ -77,8 +77,9 @@ pub enum Relations {
     AllInPublic,
 }
 
-/// A change to the roles, as proposed (JSON in `op::Kind::RoleChange`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A change to the roles, as proposed (JSON in `op::Kind::RoleChange`). Its `Debug` form
+/// hides passwords (a statement may be logged while it still holds one in clear).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RoleChange {
     Create {
         name: String,
@@ -121,6 +122,73 @@ pub enum RoleChange {
         granted: Vec<String>,
         members: Vec<String>,
     },
+}
+
+impl std::fmt::Debug for RoleChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const HIDDEN: &str = "<hidden>";
+        match self {
+            RoleChange::Create {
+                name,
+                superuser,
+                login,
+                password,
+            } => f
+                .debug_struct("Create")
+                .field("name", name)
+                .field("superuser", superuser)
+                .field("login", login)
+                .field("password", &password.as_ref().map(|_| HIDDEN))
+                .finish(),
+            RoleChange::Alter {
+                name,
+                superuser,
+                login,
+                password,
+            } => f
+                .debug_struct("Alter")
+                .field("name", name)
+                .field("superuser", superuser)
+                .field("login", login)
+                .field(
+                    "password",
+                    &password.as_ref().map(|p| p.as_ref().map(|_| HIDDEN)),
+                )
+                .finish(),
+            RoleChange::Drop { names, if_exists } => f
+                .debug_struct("Drop")
+                .field("names", names)
+                .field("if_exists", if_exists)
+                .finish(),
+            RoleChange::Privileges {
+                grant,
+                privileges,
+                relations,
+                roles,
+            } => f
+                .debug_struct("Privileges")
+                .field("grant", grant)
+                .field("privileges", privileges)
+                .field("relations", relations)
+                .field("roles", roles)
+                .finish(),
+            RoleChange::SchemaCreate { grant, roles } => f
+                .debug_struct("SchemaCreate")
+                .field("grant", grant)
+                .field("roles", roles)
+                .finish(),
+            RoleChange::Membership {
+                grant,
+                granted,
+                members,
+            } => f
+                .debug_struct("Membership")
+                .field("grant", grant)
+                .field("granted", granted)
+                .field("members", members)
+                .finish(),
+        }
+    }
 }
 
 impl RoleChange {
@@ -178,7 +246,7 @@ pub struct Roles {
     schema_create: BTreeSet<String>,
 }
 
-/// What [`Roles::apply`] needs of the catalog.
+/// What `Roles::apply` needs of the catalog.
 pub struct CatalogView<'a> {
     pub exists: &'a dyn Fn(&str) -> bool,
     pub all_relations: Vec<String>,
@@ -225,6 +293,15 @@ impl Roles {
             }
         }
         seen
+    }
+
+    /// Whether a session acting as `role` (`None`: the superuser outside the roles) may do
+    /// `p` on `relation`: what the privilege check and the catalogs' functions both ask.
+    pub fn may(&self, role: Option<&str>, relation: &str, p: Privilege) -> bool {
+        match role {
+            None => true,
+            Some(r) => self.get(r).is_some_and(|r| r.superuser) || self.has(r, relation, p),
+        }
     }
 
     /// Whether `role` (not a superuser: the caller checks that) may do `p` on `relation`.
@@ -491,6 +568,29 @@ mod tests {
             &view(),
             &mut oid,
         )
+    }
+
+    #[test]
+    fn debug_never_shows_a_password() {
+        let c = RoleChange::Create {
+            name: "alice".into(),
+            superuser: false,
+            login: true,
+            password: Some("hunter2".into()),
+        };
+        let a = RoleChange::Alter {
+            name: "alice".into(),
+            superuser: None,
+            login: None,
+            password: Some(Some("hunter2".into())),
+        };
+        for shown in [format!("{c:?}"), format!("{a:?}"), format!("{c:#?}")] {
+            assert!(
+                shown.contains("alice") && shown.contains("<hidden>"),
+                "{shown}"
+            );
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
     }
 
     #[test]

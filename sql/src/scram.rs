@@ -104,9 +104,9 @@ impl Verifier {
         )
     }
 
-    /// Whether `password` is the one this verifier was made from.
-    #[cfg(test)]
-    fn matches(&self, password: &str) -> bool {
+    /// Whether `password` is the one this verifier was made from (what a login proves
+    /// without sending it).
+    pub fn matches(&self, password: &str) -> bool {
         let other = Verifier::with_salt(password, &self.salt, self.iterations);
         constant_time_eq(&other.stored_key, &self.stored_key)
     }

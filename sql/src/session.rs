@@ -277,6 +277,7 @@ impl Session {
         let superuser = if self.is_superuser() { "on" } else { "off" };
         let mut vars = self.vars.write();
         vars.user = user.to_string();
+        vars.role = self.role.clone();
         vars.database = database.to_string();
         vars.settings
             .insert("is_superuser".into(), superuser.into());

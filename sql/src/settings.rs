@@ -20,6 +20,9 @@ use crate::error::{sqlstate, Error, Result};
 #[derive(Debug, Default)]
 pub struct SessionVars {
     pub user: String,
+    /// The role the session acts as (named like `user`); `None`: a superuser outside the
+    /// roles.
+    pub role: Option<String>,
     pub database: String,
     /// Current values of the session's settings (what SHOW answers).
     pub settings: BTreeMap<String, String>,
@@ -38,6 +41,9 @@ pub struct SslInfo {
     pub bits: i32,
     /// The client certificate's subject, issuer and serial (hex), when one was sent.
     pub client_dn: Option<String>,
+    /// The client certificate's Common Name (what a `cert` connection rule matches the user
+    /// name against).
+    pub client_cn: Option<String>,
     pub issuer_dn: Option<String>,
     pub client_serial: Option<String>,
 }

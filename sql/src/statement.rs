@@ -453,8 +453,15 @@ pub fn table_name(n: &ObjectName) -> String {
     object_name(n)
 }
 
-fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
+pub(crate) fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
     Ok(match stmt {
+        Statement::Explain {
+            analyze: true,
+            ref statement,
+            ..
+        } if !matches!(**statement, Statement::Query(_)) => Parsed::Refused(Error::unsupported(
+            "EXPLAIN ANALYZE of a statement that writes is not supported",
+        )),
         Statement::Query(_) | Statement::Explain { .. } => Parsed::Query(Box::new(stmt)),
         Statement::Insert(ins) => Parsed::Insert(Box::new(ins)),
         Statement::CreateTable(ct) if !is_stream => classify_create_table(&ct)?,

@@ -1,12 +1,14 @@
 //! Roles and privileges in-process: role statements and their PostgreSQL errors, what a
 //! role without privileges is refused (42501) and what a grant, a membership or ownership
-//! lets it do, and roles surviving a checkpoint and a restart.
+//! lets it do, what the catalogs and privilege functions say (psql's own `\\du` and `\\dp`
+//! queries), and roles surviving a checkpoint and a restart.
 
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
 use std::sync::Arc;
 
+use arrow::array::Array;
 use futures::StreamExt;
 use sluice_sql::{Engine, EngineConfig, Error, Output, Session};
 
@@ -42,6 +44,44 @@ async fn exec(s: &mut Session, sql: &str) -> Result<usize, Error> {
         }
     }
     Ok(n)
+}
+
+/// The rows of one statement that must succeed, as text (NULL as `NULL`).
+async fn rows(s: &mut Session, sql: &str) -> Vec<Vec<String>> {
+    let parsed = s.parse_query(sql).await.unwrap();
+    assert_eq!(parsed.len(), 1, "{sql}");
+    let out = match s.execute(&parsed[0], &[]).await {
+        Ok(out) => out,
+        Err(e) => panic!("{sql}: failed with {} {}", e.code, e.message),
+    };
+    let Output::Rows { mut stream, .. } = out else {
+        panic!("{sql}: no rows");
+    };
+    let mut rows = Vec::new();
+    while let Some(b) = stream.next().await {
+        let b = b.unwrap();
+        for i in 0..b.num_rows() {
+            rows.push(
+                b.columns()
+                    .iter()
+                    .map(|c| {
+                        if c.is_null(i) {
+                            "NULL".to_string()
+                        } else {
+                            arrow::util::display::array_value_to_string(c, i).unwrap()
+                        }
+                    })
+                    .collect(),
+            );
+        }
+    }
+    rows
+}
+
+fn table(rows: &[&[&str]]) -> Vec<Vec<String>> {
+    rows.iter()
+        .map(|r| r.iter().map(|c| c.to_string()).collect())
+        .collect()
 }
 
 async fn ok(s: &mut Session, sql: &str) -> usize {
@@ -232,5 +272,236 @@ async fn roles_survive_a_checkpoint_and_a_restart() {
     let oid = after.get("reader").unwrap().oid;
     let s_oid = engine.catalog.get("s").unwrap().def.oid;
     assert_ne!(oid, s_oid);
+    engine.shutdown().await;
+}
+
+/// psql 15's `\\du` and `\\dp`, as sent.
+const PSQL_DU: &str = r#"SELECT r.rolname, r.rolsuper, r.rolinherit,
+  r.rolcreaterole, r.rolcreatedb, r.rolcanlogin,
+  r.rolconnlimit, r.rolvaliduntil,
+  ARRAY(SELECT b.rolname
+        FROM pg_catalog.pg_auth_members m
+        JOIN pg_catalog.pg_roles b ON (m.roleid = b.oid)
+        WHERE m.member = r.oid) as memberof
+, r.rolreplication
+, r.rolbypassrls
+FROM pg_catalog.pg_roles r
+WHERE r.rolname !~ '^pg_'
+ORDER BY 1;"#;
+const PSQL_DP: &str = r#"SELECT n.nspname as "Schema",
+  c.relname as "Name",
+  CASE c.relkind WHEN 'r' THEN 'table' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' WHEN 'p' THEN 'partitioned table' END as "Type",
+  pg_catalog.array_to_string(c.relacl, E'\n') AS "Access privileges",
+  pg_catalog.array_to_string(ARRAY(
+    SELECT attname || E':\n  ' || pg_catalog.array_to_string(attacl, E'\n  ')
+    FROM pg_catalog.pg_attribute a
+    WHERE attrelid = c.oid AND NOT attisdropped AND attacl IS NOT NULL
+  ), E'\n') AS "Column privileges",
+  pg_catalog.array_to_string(ARRAY(
+    SELECT polname
+    || CASE WHEN NOT polpermissive THEN
+       E' (RESTRICTIVE)'
+       ELSE '' END
+    || CASE WHEN polcmd != '*' THEN
+           E' (' || polcmd::pg_catalog.text || E'):'
+       ELSE E':'
+       END
+    || CASE WHEN polqual IS NOT NULL THEN
+           E'\n  (u): ' || pg_catalog.pg_get_expr(polqual, polrelid)
+       ELSE E''
+       END
+    || CASE WHEN polwithcheck IS NOT NULL THEN
+           E'\n  (c): ' || pg_catalog.pg_get_expr(polwithcheck, polrelid)
+       ELSE E''
+       END    || CASE WHEN polroles <> '{0}' THEN
+           E'\n  to: ' || pg_catalog.array_to_string(
+               ARRAY(
+                   SELECT rolname
+                   FROM pg_catalog.pg_roles
+                   WHERE oid = ANY (polroles)
+                   ORDER BY 1
+               ), E', ')
+       ELSE E''
+       END
+    FROM pg_catalog.pg_policy pol
+    WHERE polrelid = c.oid), E'\n')
+    AS "Policies"
+FROM pg_catalog.pg_class c
+     LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r','v','m','S','f','p')
+  AND n.nspname !~ '^pg_' AND pg_catalog.pg_table_is_visible(c.oid)
+ORDER BY 1, 2;"#;
+
+#[tokio::test]
+async fn the_catalogs_tell_the_truth_about_roles() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path()).await;
+    let mut su = session(&engine, "sluice");
+    ok(&mut su, "CREATE STREAM s (v INT); CREATE STREAM t (v INT)").await;
+    ok(
+        &mut su,
+        "CREATE ROLE reader; CREATE USER alice PASSWORD 'pw'",
+    )
+    .await;
+    ok(&mut su, "CREATE ROLE boss SUPERUSER LOGIN").await;
+    ok(
+        &mut su,
+        "GRANT reader TO alice; GRANT CREATE ON SCHEMA public TO alice",
+    )
+    .await;
+    ok(
+        &mut su,
+        "GRANT SELECT ON s TO reader; GRANT INSERT, DELETE ON s TO alice",
+    )
+    .await;
+    let mut a = session(&engine, "alice");
+    ok(&mut a, "CREATE STREAM mine (v INT)").await;
+
+    // \du: every role, its attributes and memberships
+    let du: Vec<Vec<String>> = rows(&mut su, PSQL_DU)
+        .await
+        .into_iter()
+        .map(|r| vec![r[0].clone(), r[1].clone(), r[5].clone(), r[8].clone()])
+        .collect();
+    assert_eq!(
+        du,
+        table(&[
+            &["alice", "false", "true", "[reader]"],
+            &["boss", "true", "true", "[]"],
+            &["reader", "false", "false", "[]"],
+            &["sluice", "true", "true", "[]"],
+        ])
+    );
+    // \dp: the ACL of each relation, the owner first (NULL: nothing granted yet)
+    let dp: Vec<Vec<String>> = rows(&mut a, PSQL_DP)
+        .await
+        .into_iter()
+        .filter(|r| r[2] == "table")
+        .map(|r| vec![r[1].clone(), r[3].clone(), r[4].clone(), r[5].clone()])
+        .collect();
+    assert_eq!(
+        dp,
+        table(&[
+            &["consumer_offsets", "NULL", "", ""],
+            &["mine", "NULL", "", ""],
+            &[
+                "s",
+                "sluice=arwd/sluice\nalice=ad/sluice\nreader=r/sluice",
+                "",
+                ""
+            ],
+            &["t", "NULL", "", ""],
+        ])
+    );
+    // owners, as psql \dt shows them
+    assert_eq!(
+        rows(
+            &mut a,
+            "SELECT tablename, tableowner FROM pg_tables WHERE tablename IN ('s', 'mine') ORDER BY 1"
+        )
+        .await,
+        table(&[&["mine", "alice"], &["s", "sluice"]])
+    );
+    assert_eq!(
+        rows(
+            &mut a,
+            "SELECT pg_get_userbyid(c.relowner) FROM pg_class c WHERE relname = 'mine'"
+        )
+        .await,
+        table(&[&["alice"]])
+    );
+    // the privilege functions agree with what the session may do
+    let asks = "SELECT has_table_privilege('s', 'SELECT'), has_table_privilege('s', 'insert'), \
+                has_table_privilege('t', 'SELECT'), has_table_privilege('s', 'UPDATE, DELETE'), \
+                has_table_privilege('mine', 'TRUNCATE'), has_table_privilege('pg_class', 'SELECT'), \
+                has_table_privilege('reader', 'public.s', 'SELECT'), \
+                has_table_privilege('reader', 's', 'INSERT'), \
+                has_table_privilege('s', 'SELECT WITH GRANT OPTION'), \
+                has_schema_privilege('public', 'CREATE'), \
+                has_schema_privilege('reader', 'public', 'CREATE')";
+    assert_eq!(
+        rows(&mut a, asks).await,
+        table(&[&[
+            "true", "true", "false", "true", "true", "true", "true", "false", "false", "true",
+            "false"
+        ]])
+    );
+    fails(&mut a, "SELECT * FROM t", "42501").await;
+    ok(&mut a, "SELECT * FROM s").await;
+    fails(
+        &mut a,
+        "SELECT has_table_privilege('nobody', 's', 'SELECT')",
+        "42704",
+    )
+    .await;
+    fails(&mut a, "SELECT has_table_privilege('s', 'FLY')", "22023").await;
+    fails(
+        &mut a,
+        "SELECT has_table_privilege('nope', 'SELECT')",
+        "42P01",
+    )
+    .await;
+    // information_schema.table_privileges: what alice's roles were granted, or own
+    assert_eq!(
+        rows(
+            &mut a,
+            "SELECT grantee, table_name, privilege_type, is_grantable \
+             FROM information_schema.table_privileges WHERE table_schema = 'public' \
+             AND table_name IN ('s', 't', 'mine') ORDER BY 2, 1, 3"
+        )
+        .await,
+        table(&[
+            &["alice", "mine", "DELETE", "YES"],
+            &["alice", "mine", "INSERT", "YES"],
+            &["alice", "mine", "SELECT", "YES"],
+            &["alice", "mine", "UPDATE", "YES"],
+            &["alice", "s", "DELETE", "NO"],
+            &["alice", "s", "INSERT", "NO"],
+            &["reader", "s", "SELECT", "NO"],
+        ])
+    );
+    // pg_authid holds the verifiers: superusers only; pg_roles hides them
+    fails(&mut a, "SELECT rolname FROM pg_authid", "42501").await;
+    let verifier = rows(
+        &mut su,
+        "SELECT rolpassword FROM pg_authid WHERE rolname = 'alice'",
+    )
+    .await;
+    assert!(
+        verifier[0][0].starts_with("SCRAM-SHA-256$4096:"),
+        "{verifier:?}"
+    );
+    assert_eq!(
+        rows(
+            &mut a,
+            "SELECT rolname, rolpassword FROM pg_roles WHERE rolname IN ('alice', 'reader') ORDER BY 1"
+        )
+        .await,
+        table(&[&["alice", "********"], &["reader", "NULL"]])
+    );
+    assert_eq!(
+        rows(&mut a, "SELECT usename FROM pg_user ORDER BY 1").await,
+        table(&[&["alice"], &["boss"], &["sluice"]])
+    );
+    assert_eq!(
+        rows(
+            &mut a,
+            "SELECT r.rolname, m.rolname FROM pg_auth_members am \
+             JOIN pg_roles r ON r.oid = am.roleid JOIN pg_roles m ON m.oid = am.member"
+        )
+        .await,
+        table(&[&["reader", "alice"]])
+    );
+    // EXPLAIN needs what its statement would
+    let mut r = session(&engine, "reader");
+    fails(&mut r, "EXPLAIN SELECT * FROM t", "42501").await;
+    fails(&mut r, "EXPLAIN INSERT INTO s (v) VALUES (1)", "42501").await;
+    ok(&mut r, "EXPLAIN SELECT * FROM s").await;
+    fails(
+        &mut su,
+        "EXPLAIN ANALYZE INSERT INTO s (v) VALUES (1)",
+        "0A000",
+    )
+    .await;
     engine.shutdown().await;
 }

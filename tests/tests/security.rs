@@ -312,4 +312,139 @@ async fn a_role_with_select_on_one_stream_may_only_read_it() {
     // the superuser still reads everything
     let out = psql(&admin, PASSWORD, "SELECT count(*) FROM secret").await;
     assert_eq!(stdout(&out), "0");
+    // psql's \du and \dp print the truth, to the reader as to the superuser
+    for (who, password) in [(&admin, PASSWORD), (&as_reader, "reader pw")] {
+        let out = psql(who, password, "\\du").await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            stdout(&out),
+            "locked|Cannot login|{}\n\
+             reader||{}\n\
+             sluice|Superuser, Create role, Create DB, Replication, Bypass RLS|{}"
+        );
+        let out = psql(who, password, "\\dp e*").await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            stdout(&out),
+            "public|events|table|sluice=arwd/sluice\nreader=r/sluice||"
+        );
+    }
+}
+
+#[tokio::test]
+async fn connection_rules_decide_what_a_login_must_prove() {
+    if !psql_on_path() {
+        eprintln!("SKIPPED: psql is not on PATH");
+        return;
+    }
+    let certs = certificates();
+    let dir = certs.path();
+    let config = dir.join("sluice.toml");
+    std::fs::write(
+        &config,
+        r#"
+[[connection_rules]]
+address = "loopback"
+user = "banned"
+reject = true
+
+[[connection_rules]]
+address = "127.0.0.0/8"
+user = "alice"
+require = ["cert"]
+
+[[connection_rules]]
+address = "loopback"
+user = "sluice"
+require = ["tls", "scram"]
+
+[[connection_rules]]
+address = "::1/128"
+require = []
+"#,
+    )
+    .expect("write the config file");
+    let server = Server::start_with(&[
+        "--password",
+        PASSWORD,
+        "--tls-cert",
+        &file(dir, "server.pem"),
+        "--tls-key",
+        &file(dir, "server.key"),
+        "--tls-client-ca",
+        &file(dir, "ca.pem"),
+        "--config",
+        &config.to_string_lossy(),
+    ])
+    .await;
+    let port = server.port();
+    let as_user = |user: &str, extra: &str| {
+        conninfo(port, dir, extra).replace("user=sluice", &format!("user={user}"))
+    };
+    let refused = |out: &Output, says: &str| {
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "expected \"{says}\" in: {err}");
+    };
+    // the superuser: TLS and its password
+    let out = psql(&as_user("sluice", ""), PASSWORD, "CREATE ROLE alice LOGIN").await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plain = format!("host=127.0.0.1 port={port} user=sluice dbname=sluice sslmode=disable");
+    refused(
+        &psql(&plain, PASSWORD, "SELECT 1").await,
+        "requires an encrypted connection",
+    );
+    refused(
+        &psql(&as_user("sluice", ""), "wrong", "SELECT 1").await,
+        "password authentication failed",
+    );
+    // alice: her certificate (CN=alice) is her proof, no password asked
+    let with_cert = as_user(
+        "alice",
+        &format!(
+            "sslcert={} sslkey={}",
+            file(dir, "client.pem"),
+            file(dir, "client.key")
+        ),
+    );
+    let out = psql(&with_cert, "", "SELECT current_user").await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout(&out), "alice");
+    refused(
+        &psql(&as_user("alice", ""), PASSWORD, "SELECT 1").await,
+        "certificate authentication failed for user \"alice\"",
+    );
+    // a certificate proves only the name it carries: the superuser is still asked for its
+    // password (psql has none to give)
+    let out = psql(
+        &with_cert.replace("user=alice", "user=sluice"),
+        "",
+        "SELECT 1",
+    )
+    .await;
+    refused(&out, "no password supplied");
+    refused(
+        &psql(&as_user("banned", ""), PASSWORD, "SELECT 1").await,
+        "connection rule 1 rejects it",
+    );
+    refused(
+        &psql(&as_user("carol", ""), PASSWORD, "SELECT 1").await,
+        "no connection rule matches it",
+    );
 }

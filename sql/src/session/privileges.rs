@@ -48,7 +48,15 @@ impl Session {
             role: &role,
         };
         match p {
-            Parsed::Query(stmt) => check.reads(stmt, None),
+            // EXPLAIN needs what its statement would need (as in PostgreSQL)
+            Parsed::Query(stmt) => match &**stmt {
+                Statement::Explain { statement, .. }
+                    if !matches!(**statement, Statement::Query(_)) =>
+                {
+                    self.check_privileges(&statement::classify((**statement).clone(), false)?)
+                }
+                _ => check.reads(stmt, None),
+            },
             Parsed::CopyTo { query, .. } | Parsed::Declare { query, .. } => {
                 check.reads(&Statement::Query(query.clone()), None)
             }
@@ -95,7 +103,26 @@ impl Session {
             Parsed::AlterCluster(_) => Err(denied(
                 "permission denied: only a superuser may change the cluster",
             )),
-            _ => Ok(()),
+            // no relation is touched (a cursor's query was checked when it was declared; a
+            // refused statement fails with its own error)
+            Parsed::Begin { .. }
+            | Parsed::Commit
+            | Parsed::Rollback
+            | Parsed::Savepoint(_)
+            | Parsed::ReleaseSavepoint(_)
+            | Parsed::RollbackTo(_)
+            | Parsed::Discard
+            | Parsed::Set { .. }
+            | Parsed::Show(_)
+            | Parsed::ShowStreams
+            | Parsed::Reset(_)
+            | Parsed::NoOp(_)
+            | Parsed::Fetch { .. }
+            | Parsed::Close(_)
+            | Parsed::Listen(_)
+            | Parsed::Unlisten(_)
+            | Parsed::Notify { .. }
+            | Parsed::Refused(_) => Ok(()),
         }
     }
 

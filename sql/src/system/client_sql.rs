@@ -55,6 +55,23 @@ const FRAGMENTS: &[(&str, &str)] = &[
         "IN ( SELECT CASE WHEN trim(s[i]) = '\"$user\"' THEN user ELSE trim(s[i]) END FROM generate_series( array_lower(string_to_array(current_setting('search_path'),','),1), array_upper(string_to_array(current_setting('search_path'),','),1) ) as i, string_to_array(current_setting('search_path'),',') s )",
         "= ANY(array_replace(string_to_array(replace(current_setting('search_path'), ' ', ''), ','), '\"$user\"', user))",
     ),
+    // psql \du: a role's memberships, an ARRAY(subquery) DataFusion cannot plan, as a
+    // function that reads the same roles
+    (
+        "ARRAY(SELECT b.rolname FROM pg_catalog.pg_auth_members m JOIN pg_catalog.pg_roles b ON (m.roleid = b.oid) WHERE m.member = r.oid) as memberof",
+        "sluice_role_memberof(r.oid) as memberof",
+    ),
+    // psql \dp: column privileges and row security policies, which Sluice does not have
+    // (no attacl is ever set, pg_policy is empty), so both lists are always empty. Its E''
+    // strings are written as the statement front end leaves them (plain, newlines inside)
+    (
+        r#"pg_catalog.array_to_string(ARRAY( SELECT attname || ':  ' || pg_catalog.array_to_string(attacl, '  ') FROM pg_catalog.pg_attribute a WHERE attrelid = c.oid AND NOT attisdropped AND attacl IS NOT NULL ), ' ') AS "Column privileges""#,
+        r#"'' AS "Column privileges""#,
+    ),
+    (
+        r#"pg_catalog.array_to_string(ARRAY( SELECT polname || CASE WHEN NOT polpermissive THEN ' (RESTRICTIVE)' ELSE '' END || CASE WHEN polcmd <> '*' THEN ' (' || polcmd::pg_catalog.text || '):' ELSE ':' END || CASE WHEN polqual IS NOT NULL THEN '  (u): ' || pg_catalog.pg_get_expr(polqual, polrelid) ELSE '' END || CASE WHEN polwithcheck IS NOT NULL THEN '  (c): ' || pg_catalog.pg_get_expr(polwithcheck, polrelid) ELSE '' END || CASE WHEN polroles <> '{0}' THEN '  to: ' || pg_catalog.array_to_string( ARRAY( SELECT rolname FROM pg_catalog.pg_roles WHERE oid = ANY (polroles) ORDER BY 1 ), ', ') ELSE '' END FROM pg_catalog.pg_policy pol WHERE polrelid = c.oid), ' ') AS "Policies""#,
+        r#"'' AS "Policies""#,
+    ),
     // pgcli's function list: argument types as type names. The static
     // pg_proc keeps them as text, which does not cast to regtype[].
     (
@@ -71,8 +88,10 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
         .with_recursion_limit(complexity::PARSER_RECURSION_LIMIT)
         .try_with_sql(sql)
         .and_then(|mut p| p.parse_statements());
-    // the catalog parser has no work bound (see complexity::UNBOUNDED_PARSE_DEPTH)
-    let catalog_parse_ok = || complexity::depth(sql) <= complexity::UNBOUNDED_PARSE_DEPTH;
+    // the catalog parser has no work bound (see complexity::UNBOUNDED_PARSE_DEPTH); it
+    // parses the text after FRAGMENTS, which may have taken the deepest part away (\dp)
+    let catalog_parse_ok =
+        || complexity::depth(&substitute(sql)) <= complexity::UNBOUNDED_PARSE_DEPTH;
     match plain {
         Ok(stmts) if !stmts.iter().any(reads_catalogs) || !catalog_parse_ok() => Ok(stmts
             .into_iter()
@@ -121,7 +140,6 @@ fn reads_catalogs(stmt: &Statement) -> bool {
                 [.., schema, _] => schema == "pg_catalog" || schema == "information_schema",
                 [table] => {
                     datafusion_pg_catalog::pg_catalog::PG_CATALOG_TABLES.contains(&table.as_str())
-                        || table == "pg_user"
                         || super::rewrite::OWN_UNLISTED.contains(&table.as_str())
                 }
                 [] => false,

@@ -61,7 +61,10 @@ impl SchemaProvider for InformationSchema {
             "tables" => tables(&db, &rels),
             "columns" => columns(&db, &rels),
             "views" => views(&db, &rels),
-            "table_privileges" => table_privileges(&db, &user, &rels),
+            "table_privileges" => {
+                let who = super::roles::Who::new(&*engine, &self.vars.read());
+                super::roles::table_privileges(&who, &db, &rels)
+            }
             "character_sets" => character_sets(&db),
             "table_constraints" => table_constraints(&db, &rels),
             "key_column_usage" | "constraint_column_usage" => {
@@ -283,39 +286,6 @@ fn views(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
             s("NO"),
             s("NO"),
         ]);
-    }
-    t.build()
-}
-
-fn table_privileges(db: &str, user: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
-    let mut t = TableBuilder::new(text_fields(&[
-        "grantor",
-        "grantee",
-        "table_catalog",
-        "table_schema",
-        "table_name",
-        "privilege_type",
-        "is_grantable",
-        "with_hierarchy",
-    ]));
-    for r in rels {
-        let privileges: &[&str] = if r.kind == "r" {
-            &["INSERT", "SELECT", "DELETE", "TRUNCATE"]
-        } else {
-            &["SELECT"]
-        };
-        for p in privileges {
-            t.row(vec![
-                s(user),
-                s(user),
-                s(db),
-                s(r.schema),
-                s(&r.name),
-                s(*p),
-                s("YES"),
-                s("NO"),
-            ]);
-        }
     }
     t.build()
 }

@@ -21,6 +21,7 @@ mod information_schema;
 mod pg_catalog;
 mod pg_functions;
 mod rewrite;
+mod roles;
 
 use std::sync::{Arc, Weak};
 
@@ -51,6 +52,8 @@ const OWNER_OID: i32 = 10;
 /// engine.
 pub trait CatalogSource: Send + Sync {
     fn catalog(&self) -> &Catalog;
+    /// The bootstrap superuser's name.
+    fn superuser(&self) -> &str;
     /// Sluice's system views in `public`, with their schemas.
     fn system_views(&self) -> Vec<(&'static str, SchemaRef)>;
 }

@@ -27,6 +27,9 @@ const OWN: &[&str] = &[
     "pg_stat_user_tables",
     "pg_settings",
     "pg_user",
+    "pg_roles",
+    "pg_authid",
+    "pg_auth_members",
     "pg_index",
     "pg_constraint",
     "pg_stat_ssl",
@@ -36,7 +39,7 @@ const OWN: &[&str] = &[
 pub(super) struct PgCatalog {
     engine: Weak<dyn CatalogSource>,
     vars: SharedVars,
-    inner: PgCatalogSchemaProvider<NoCatalogs, Roles>,
+    inner: PgCatalogSchemaProvider<NoCatalogs, NoRoles>,
 }
 
 impl PgCatalog {
@@ -45,9 +48,8 @@ impl PgCatalog {
         static_tables: Arc<PgCatalogStaticTables>,
         vars: SharedVars,
     ) -> PgCatalog {
-        let inner =
-            PgCatalogSchemaProvider::try_new(NoCatalogs, static_tables, Roles(vars.clone()))
-                .unwrap_or_else(|_| unreachable!("PgCatalogSchemaProvider::try_new does not fail"));
+        let inner = PgCatalogSchemaProvider::try_new(NoCatalogs, static_tables, NoRoles)
+            .unwrap_or_else(|_| unreachable!("PgCatalogSchemaProvider::try_new does not fail"));
         PgCatalog {
             engine,
             vars,
@@ -62,15 +64,19 @@ impl PgCatalog {
             .ok_or_else(|| DataFusionError::Execution("server is shutting down".into()))?;
         let rels = relations(&*engine);
         let vars = self.vars.read();
+        let who = super::roles::Who::new(&*engine, &vars);
         let t = match name {
             "pg_namespace" => pg_namespace(),
-            "pg_class" => pg_class(&rels),
+            "pg_class" => pg_class(&rels, &who),
             "pg_attribute" => pg_attribute(&rels),
             "pg_database" => pg_database(&vars.database),
-            "pg_tables" => pg_tables(&rels, &vars.user),
+            "pg_tables" => pg_tables(&rels, &who),
             "pg_stat_user_tables" => pg_stat_user_tables(&rels),
             "pg_settings" => pg_settings(&vars.settings),
-            "pg_user" => pg_user(&vars.user),
+            "pg_user" => super::roles::pg_user(&who),
+            "pg_roles" => super::roles::pg_roles(&who),
+            "pg_authid" => super::roles::pg_authid(&who),
+            "pg_auth_members" => super::roles::pg_auth_members(&who),
             "pg_index" => pg_index(&rels),
             "pg_constraint" => pg_constraint(&rels),
             "pg_stat_ssl" => pg_stat_ssl(vars.pid, vars.ssl.as_ref()),
@@ -119,7 +125,7 @@ fn pg_namespace() -> DFResult<Arc<dyn TableProvider>> {
     t.build()
 }
 
-fn pg_class(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
+fn pg_class(rels: &[Relation], who: &super::roles::Who) -> DFResult<Arc<dyn TableProvider>> {
     let mut t = TableBuilder::new(vec![
         oid("oid", kind::OID),
         text("relname"),
@@ -163,7 +169,11 @@ fn pg_class(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
             i4(r.namespace),
             i4(0),
             i4(0),
-            i4(OWNER_OID),
+            i4(if table {
+                who.owner_oid(&r.name)
+            } else {
+                OWNER_OID
+            }),
             i4(if table { 2 } else { 0 }),
             i4(if table { r.oid } else { 0 }),
             i4(0),
@@ -188,7 +198,11 @@ fn pg_class(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
             i4(0),
             i4(0),
             i4(0),
-            null_array(),
+            if table {
+                who.acl(&r.name)
+            } else {
+                null_array()
+            },
             null_array(),
             null_s(),
         ]);
@@ -344,7 +358,7 @@ fn pg_database(name: &str) -> DFResult<Arc<dyn TableProvider>> {
     t.build()
 }
 
-fn pg_tables(rels: &[Relation], user: &str) -> DFResult<Arc<dyn TableProvider>> {
+fn pg_tables(rels: &[Relation], who: &super::roles::Who) -> DFResult<Arc<dyn TableProvider>> {
     let mut t = TableBuilder::new(vec![
         text("schemaname"),
         text("tablename"),
@@ -359,7 +373,7 @@ fn pg_tables(rels: &[Relation], user: &str) -> DFResult<Arc<dyn TableProvider>> 
         t.row(vec![
             s(r.schema),
             s(&r.name),
-            s(user),
+            s(who.owner_name(&r.name)),
             null_s(),
             b(false),
             b(false),
@@ -468,32 +482,6 @@ fn pg_settings(
             b(false),
         ]);
     }
-    t.build()
-}
-
-fn pg_user(user: &str) -> DFResult<Arc<dyn TableProvider>> {
-    let mut t = TableBuilder::new(vec![
-        text("usename"),
-        oid("usesysid", kind::OID),
-        boolean("usecreatedb"),
-        boolean("usesuper"),
-        boolean("userepl"),
-        boolean("usebypassrls"),
-        text("passwd"),
-        timestamptz("valuntil"),
-        text_array("useconfig"),
-    ]);
-    t.row(vec![
-        s(user),
-        i4(OWNER_OID),
-        b(true),
-        b(true),
-        b(true),
-        b(true),
-        s("********"),
-        ScalarValue::TimestampMicrosecond(None, Some("UTC".into())),
-        null_array(),
-    ]);
     t.build()
 }
 
@@ -694,27 +682,19 @@ impl CatalogInfo for NoCatalogs {
     }
 }
 
-/// pg_roles: the session's user, a superuser (there are no others yet).
+/// The crate's source of roles: empty, since every relation that shows roles (pg_roles,
+/// pg_authid, pg_auth_members, pg_user) is built from the replicated roles in
+/// [`super::roles`].
 #[derive(Debug, Clone)]
-struct Roles(SharedVars);
+struct NoRoles;
 
 #[async_trait]
-impl PgCatalogContextProvider for Roles {
+impl PgCatalogContextProvider for NoRoles {
     async fn roles(&self) -> Vec<String> {
-        vec![self.0.read().user.clone()]
+        Vec::new()
     }
 
-    async fn role(&self, name: &str) -> Option<Role> {
-        (name == self.0.read().user).then(|| Role {
-            name: name.to_string(),
-            is_superuser: true,
-            can_login: true,
-            can_create_db: true,
-            can_create_role: true,
-            can_create_user: true,
-            can_replication: true,
-            grants: vec![],
-            inherited_roles: vec![],
-        })
+    async fn role(&self, _: &str) -> Option<Role> {
+        None
     }
 }

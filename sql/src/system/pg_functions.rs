@@ -43,11 +43,10 @@ pub(super) fn register(
     ] {
         ctx.register_udf(udf);
     }
+    // has_table_privilege, has_any_column_privilege and has_schema_privilege answer from
+    // the roles (system::roles)
     for name in [
-        "has_table_privilege",
-        "has_schema_privilege",
         "has_database_privilege",
-        "has_any_column_privilege",
         "has_column_privilege",
         "has_function_privilege",
         "has_sequence_privilege",
@@ -82,7 +81,7 @@ pub(super) fn register(
     }
 }
 
-fn udf(
+pub(super) fn udf(
     name: &str,
     signature: TypeSignature,
     ret: DataType,
@@ -145,7 +144,7 @@ fn visible(name: &str) -> ScalarUDF {
 }
 
 /// Text values of argument `i` (after casting to text).
-fn texts(args: &[ArrayRef], i: usize) -> DFResult<Vec<Option<String>>> {
+pub(super) fn texts(args: &[ArrayRef], i: usize) -> DFResult<Vec<Option<String>>> {
     let a = arrow::compute::cast(&args[i], &DataType::Utf8)?;
     let a = a.as_string::<i32>();
     Ok((0..a.len())
@@ -163,11 +162,12 @@ fn session_functions(
     let mut out = identity_functions(&vars);
     out.extend(setting_functions(&vars));
     out.extend(relation_functions(&engine, type_oids));
+    out.extend(super::roles::functions(&vars, &engine));
     out.extend(text_functions());
     out
 }
 
-/// `current_database`, `current_user` and its synonyms, `pg_get_userbyid`.
+/// `current_database`, `current_user` and its synonyms.
 fn identity_functions(vars: &SharedVars) -> Vec<ScalarUDF> {
     let mut out = Vec::new();
     let v = vars.clone();
@@ -194,26 +194,6 @@ fn identity_functions(vars: &SharedVars) -> Vec<ScalarUDF> {
             },
         ));
     }
-    let v = vars.clone();
-    out.push(udf(
-        "pg_get_userbyid",
-        TypeSignature::Exact(vec![DataType::Int32]),
-        DataType::Utf8,
-        Volatility::Stable,
-        move |args, _| {
-            let u = v.read().user.clone();
-            let ids = args[0].as_primitive::<arrow::datatypes::Int32Type>();
-            Ok(Arc::new(StringArray::from_iter(ids.iter().map(|id| {
-                id.map(|id| {
-                    if id == OWNER_OID {
-                        u.clone()
-                    } else {
-                        format!("unknown (OID={id})")
-                    }
-                })
-            }))))
-        },
-    ));
     out
 }
 
