@@ -216,12 +216,32 @@ fn resources_exhausted(msg: &str) -> Error {
     }
 }
 
+/// Arrow's refusal to cast a number into a too-small integer type ("Can't cast value
+/// 2147483648 to type Int32"), as PostgreSQL's type name for `22003 integer out of range`.
+fn integer_cast_overflow(lower: &str) -> Option<&'static str> {
+    let rest = lower.split("can't cast value ").nth(1)?;
+    let (value, ty) = rest.split_once(" to type ")?;
+    value.trim().parse::<f64>().ok()?;
+    match ty.trim().trim_end_matches('.') {
+        "int16" => Some("smallint"),
+        "int32" => Some("integer"),
+        "int64" => Some("bigint"),
+        _ => None,
+    }
+}
+
 /// DataFusion and Arrow report most failures as strings; pick the SQLSTATE a
 /// PostgreSQL user would get for the same mistake.
 fn classify_message(msg: &str) -> Error {
     let lower = msg.to_ascii_lowercase();
     if let Some(at) = lower.find("resources exhausted: ") {
         return resources_exhausted(&msg[at..]);
+    }
+    if let Some(ty) = integer_cast_overflow(&lower) {
+        return Error::new(
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+            format!("{ty} out of range"),
+        );
     }
     for pg in [
         "zero raised to a negative power is undefined",

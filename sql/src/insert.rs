@@ -3,17 +3,28 @@
 //!
 //! `INSERT ... VALUES` whose values are literals, parameters and casts of
 //! them (what drivers send) is evaluated here directly: no query planning
-//! on the hot path. Anything else (`INSERT ... SELECT`, expressions) is
-//! planned by DataFusion and its rows validated the same way. Either way a
-//! batch leaving this module satisfies the stream's column types, NOT NULL
-//! and the row-size limit.
+//! on the hot path. A VALUES expression that reads no relation (a function
+//! call, arithmetic, a cast of an expression: `repeat('x', 10)`, `now()`,
+//! `$1 * 2`) is evaluated alone by [`eval_expression`]: DataFusion's
+//! analyzer and simplifier on that expression, then its physical form on one
+//! row, with no statement planning. Anything else (`INSERT ... SELECT`,
+//! subqueries) is planned by DataFusion and its rows validated the same way.
+//! Either way a batch leaving this module satisfies the stream's column
+//! types, NOT NULL and the row-size limit.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, ArrayRef, RecordBatch};
+use arrow::array::{new_null_array, ArrayRef, RecordBatch, RecordBatchOptions};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::DFSchema;
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::logical_expr::{lit, ColumnarValue, LogicalPlan, LogicalPlanBuilder};
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::scalar::ScalarValue;
 use datafusion::sql::sqlparser;
-use sqlparser::ast::{Expr, UnaryOperator, Value};
+use sqlparser::ast::{Expr, UnaryOperator, Value, Visit, Visitor};
 
 use crate::catalog::Stream;
 use crate::error::{sqlstate, Error, Result};
@@ -113,6 +124,148 @@ fn param(p: &str, params: &[ScalarValue]) -> Result<ScalarValue> {
             format!("there is no parameter ${idx}"),
         )
     })
+}
+
+/// Evaluates a VALUES expression that reads no relation, per row as PostgreSQL does (so a
+/// volatile function such as `random()` or `gen_random_uuid()` is called for each row), or
+/// `None` if it needs the planner: a subquery or a column reference, or anything this path
+/// cannot convert or type — the planned path then reports the error the statement deserves.
+/// What it runs is what planning would: the session's analyzer rules (type coercion,
+/// [`crate::arithmetic`]'s checked operations) and the simplifier (`now()` is `start`, the
+/// statement's start time), without the INSERT plan, the optimizer or an execution. The value is cast to
+/// the column's Arrow type as the planned INSERT's type coercion casts it.
+pub fn eval_expression(
+    state: &SessionState,
+    expr: &Expr,
+    target: ColumnType,
+    start: chrono::DateTime<chrono::Utc>,
+    params: &[ScalarValue],
+) -> Option<Result<ScalarValue>> {
+    if reads_relations(expr) {
+        return None;
+    }
+    let schema = DFSchema::empty();
+    let sql = sqlparser::ast::ExprWithAlias {
+        expr: expr.clone(),
+        alias: None,
+    };
+    let logical = state.create_logical_expr_from_sql_expr(sql, &schema).ok()?;
+    let logical = logical
+        .transform_up(|e| match e {
+            datafusion::logical_expr::Expr::Placeholder(p) => {
+                let idx: usize = p.id.trim_start_matches('$').parse().map_err(|_| {
+                    datafusion::error::DataFusionError::Plan(format!("invalid parameter {}", p.id))
+                })?;
+                let v = params.get(idx.wrapping_sub(1)).cloned().ok_or_else(|| {
+                    datafusion::error::DataFusionError::Plan(format!("no parameter ${idx}"))
+                })?;
+                Ok(Transformed::yes(lit(v)))
+            }
+            other => Ok(Transformed::no(other)),
+        })
+        .ok()?
+        .data;
+    let plan = LogicalPlanBuilder::empty(true)
+        .project(vec![datafusion::logical_expr::cast(
+            logical,
+            target.arrow_type(),
+        )])
+        .and_then(|b| b.build())
+        .ok()?;
+    let plan = state
+        .analyzer()
+        .execute_and_check(plan, state.config_options(), |_, _| {})
+        .ok()?;
+    let LogicalPlan::Projection(projection) = plan else {
+        return None;
+    };
+    let analyzed = projection.expr.into_iter().next()?;
+    let context = SimplifyContext::builder()
+        .with_schema(Arc::new(schema.clone()))
+        .with_config_options(Arc::clone(state.config_options()))
+        .with_query_execution_start_time(Some(start))
+        .build();
+    let simplified = match ExprSimplifier::new(context).simplify(analyzed) {
+        Ok(e) => e,
+        Err(e) => return Some(Err(e.into())),
+    };
+    let physical = state.create_physical_expr(simplified, &schema).ok()?;
+    let one_row = RecordBatch::try_new_with_options(
+        Arc::new(arrow::datatypes::Schema::empty()),
+        vec![],
+        &RecordBatchOptions::new().with_row_count(Some(1)),
+    )
+    .ok()?;
+    Some(match physical.evaluate(&one_row) {
+        Ok(ColumnarValue::Scalar(v)) => Ok(v),
+        Ok(ColumnarValue::Array(a)) => ScalarValue::try_from_array(&a, 0).map_err(Into::into),
+        Err(e) => Err(e.into()),
+    })
+}
+
+/// VALUES rows with a subquery in them, as `SELECT row UNION ALL SELECT row ...`: DataFusion
+/// cannot run a scalar subquery inside VALUES ("ScalarSubqueryExpr evaluated before the
+/// subquery was executed"), but plans it in a projection. Other sources are left as they are.
+pub fn values_with_subqueries_as_selects(query: &mut sqlparser::ast::Query) -> Result<()> {
+    let sqlparser::ast::SetExpr::Values(values) = query.body.as_ref() else {
+        return Ok(());
+    };
+    let has_subquery = values.rows.iter().flat_map(|r| &r.content).any(|e| {
+        struct Find;
+        impl Visitor for Find {
+            type Break = ();
+            fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+                match e {
+                    Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => {
+                        ControlFlow::Break(())
+                    }
+                    _ => ControlFlow::Continue(()),
+                }
+            }
+        }
+        e.visit(&mut Find).is_break()
+    });
+    if !has_subquery {
+        return Ok(());
+    }
+    let selects: Vec<String> = values
+        .rows
+        .iter()
+        .map(|row| {
+            let items: Vec<String> = row.content.iter().map(|e| e.to_string()).collect();
+            format!("SELECT {}", items.join(", "))
+        })
+        .collect();
+    let sql = selects.join(" UNION ALL ");
+    let parsed =
+        sqlparser::parser::Parser::parse_sql(&sqlparser::dialect::PostgreSqlDialect {}, &sql)
+            .map_err(|e| Error::syntax(format!("syntax error: {e}")))?;
+    match parsed.into_iter().next() {
+        Some(sqlparser::ast::Statement::Query(q)) => {
+            query.body = q.body;
+            Ok(())
+        }
+        _ => Err(Error::internal("VALUES rows did not read back as a query")),
+    }
+}
+
+/// Whether a VALUES expression reads a relation: a subquery, or a name (a column).
+fn reads_relations(expr: &Expr) -> bool {
+    struct Find;
+    impl Visitor for Find {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+            match e {
+                Expr::Subquery(_)
+                | Expr::Exists { .. }
+                | Expr::InSubquery { .. }
+                | Expr::Identifier(_)
+                | Expr::CompoundIdentifier(_) => ControlFlow::Break(()),
+                _ => ControlFlow::Continue(()),
+            }
+        }
+    }
+    expr.visit(&mut Find).is_break()
 }
 
 /// The declared type of each `$n` in VALUES rows, from the target columns.

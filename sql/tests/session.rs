@@ -1770,3 +1770,73 @@ async fn describe_inserts_and_other_statements() {
     assert_eq!(e.code, sqlstate::FEATURE_NOT_SUPPORTED);
     db.close().await;
 }
+
+#[tokio::test]
+async fn insert_expressions_are_evaluated_per_row_as_in_postgresql() {
+    let (_db, mut s) = setup().await;
+    ok(
+        &mut s,
+        "CREATE STREAM e (id uuid, r float8, n int, t text, at timestamptz)",
+    )
+    .await;
+    ok(
+        &mut s,
+        "INSERT INTO e VALUES \
+         (gen_random_uuid(), random(), 1 + 2, repeat('x', 3), now()), \
+         (gen_random_uuid(), random(), 7 * 6, upper('ab') || 'c', now())",
+    )
+    .await;
+    // volatile functions once per row; now() is the statement's one start time
+    assert_eq!(
+        rows(
+            &mut s,
+            "SELECT count(DISTINCT id), count(DISTINCT r), count(DISTINCT at) FROM e"
+        )
+        .await,
+        table(&[&["2", "2", "1"]])
+    );
+    assert_eq!(
+        rows(&mut s, "SELECT n, t FROM e ORDER BY offset").await,
+        table(&[&["3", "xxx"], &["42", "ABc"]])
+    );
+    // parameters inside expressions
+    let p = one_statement("INSERT INTO e (n, t) VALUES ($1 * 2, repeat($2, 2))");
+    let params = [
+        ScalarValue::Int64(Some(21)),
+        ScalarValue::Utf8(Some("ab".into())),
+    ];
+    match run_parsed(&mut s, &p, &params).await {
+        Ok(reply) => assert_eq!(reply.tag(), "INSERT 0 1"),
+        Err(e) => panic!("INSERT with parameters failed: {} {}", e.code, e.message),
+    }
+    assert_eq!(
+        rows(&mut s, "SELECT n, t FROM e WHERE offset = 2").await,
+        table(&[&["42", "abab"]])
+    );
+    // errors are PostgreSQL's, with or without parameters
+    // (an integer cast that overflows was 22P02 "Can't cast value ..." before)
+    let e = fails(&mut s, "INSERT INTO e (n) VALUES (2147483647 + 1)", "22003").await;
+    assert_eq!(e.message, "integer out of range");
+    fails(&mut s, "INSERT INTO e (n) VALUES (1 / 0)", "22012").await;
+    let p = one_statement("INSERT INTO e (n) VALUES (10 / $1)");
+    match run_parsed(&mut s, &p, &[ScalarValue::Int64(Some(0))]).await {
+        Ok(reply) => panic!("10 / 0 gave {reply:?}"),
+        Err(e) => assert_eq!(e.code, "22012", "{}", e.message),
+    }
+    fails(&mut s, "INSERT INTO e (n) VALUES (nope)", "42703").await;
+    fails(&mut s, "INSERT INTO e (n) VALUES (no_such_fn(1))", "42883").await;
+    // what reads a relation still goes through the planner
+    ok(
+        &mut s,
+        "INSERT INTO e (n) VALUES ((SELECT max(n) + 1 FROM e))",
+    )
+    .await;
+    assert_eq!(
+        rows(&mut s, "SELECT n FROM e WHERE offset = 3").await,
+        table(&[&["43"]])
+    );
+    assert_eq!(
+        rows(&mut s, "SELECT count(*) FROM e").await,
+        table(&[&["4"]])
+    );
+}

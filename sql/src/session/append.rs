@@ -93,7 +93,8 @@ impl Session {
         .await
     }
 
-    /// VALUES of literals and parameters, evaluated without a planner.
+    /// VALUES of literals, parameters and expressions that read no relation, evaluated
+    /// without planning the statement.
     fn fast_values(
         &self,
         stream: &Stream,
@@ -105,15 +106,26 @@ impl Session {
             return Ok(None);
         };
         let mut out = Vec::with_capacity(rows.len());
+        // the statement's start time (now()), taken when an expression first needs it
+        let mut start = None;
         for row in rows {
             insert::check_arity(row.len(), targets.len())?;
             let mut vals = Vec::with_capacity(row.len());
             for (e, &t) in row.iter().zip(targets) {
                 let ty = stream.def.columns[t].ty;
-                match insert::eval_simple(e, ty, params) {
-                    Some(v) => vals.push(ty.coerce(v?)?),
-                    None => return Ok(None),
-                }
+                let value = match insert::eval_simple(e, ty, params) {
+                    Some(v) => v,
+                    None => {
+                        let start = *start.get_or_insert_with(chrono::Utc::now);
+                        let state = self.ctx.state_ref();
+                        let state = state.read();
+                        match insert::eval_expression(&state, e, ty, start, params) {
+                            Some(v) => v,
+                            None => return Ok(None),
+                        }
+                    }
+                };
+                vals.push(ty.coerce(value?)?);
             }
             out.push(vals);
         }
@@ -134,6 +146,9 @@ impl Session {
     ) -> Result<RecordBatch> {
         let mut ins = ins.clone();
         ins.returning = None;
+        if let Some(source) = ins.source.as_mut() {
+            insert::values_with_subqueries_as_selects(source)?;
+        }
         if ins.columns.is_empty() {
             ins.columns = stream
                 .def

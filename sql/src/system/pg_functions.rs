@@ -398,6 +398,26 @@ fn text_functions() -> Vec<ScalarUDF> {
             TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
         ));
     }
+    // PostgreSQL's version 4 UUID, as text (a uuid column takes it as it is)
+    out.push(udf(
+        "gen_random_uuid",
+        TypeSignature::Nullary,
+        DataType::Utf8,
+        Volatility::Volatile,
+        |_, rows| {
+            use rand::RngCore;
+            let mut rng = rand::thread_rng();
+            Ok(Arc::new(StringArray::from_iter_values((0..rows).map(
+                |_| {
+                    let mut b = [0u8; 16];
+                    rng.fill_bytes(&mut b);
+                    b[6] = (b[6] & 0x0f) | 0x40;
+                    b[8] = (b[8] & 0x3f) | 0x80;
+                    uuid::Uuid::from_bytes(b).hyphenated().to_string()
+                },
+            ))))
+        },
+    ));
     out.push(udf(
         "pg_encoding_to_char",
         TypeSignature::Exact(vec![DataType::Int32]),
