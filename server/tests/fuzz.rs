@@ -5,6 +5,10 @@
 //! overwritten with extreme values); the startup phase gets random and mutated startup
 //! packets. Promised: no panic, no case longer than [`CASE_LIMIT`], no allocation beyond a
 //! small multiple of the input, and a refusal only with the SQLSTATEs the reader documents.
+//! The SCRAM exchange behind the SASL messages ([`sluice_server::scram::Exchange`]) gets
+//! random and mutated client-first and client-final messages, for a real and an unknown
+//! user, on plain and TLS connections: no panic, and no client-final accepted without the
+//! password's proof.
 //!
 //! `SLUICE_FUZZ_CASES` sets the cases per property (default [`DEFAULT_CASES`]);
 //! `SLUICE_FUZZ_SEED` the seed. See `docs/fuzzing.md`.
@@ -246,4 +250,116 @@ fn random_and_mutated_startup_packets() {
             msg
         });
     run(prop_oneof![random, mutated].prop_map(|b| (b, false)));
+}
+
+/// Client-first messages as drivers send them (plain, "y" binding flag, channel binding).
+const CLIENT_FIRSTS: &[&str] = &[
+    "n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL",
+    "n,,n=,r=rOprNGfwEbeRWgbNEkqO",
+    "y,,n=,r=abcdefghijklmnop",
+    "p=tls-server-end-point,,n=,r=0123456789abcdef",
+    "n,a=alice,n=alice,r=x",
+];
+
+/// Client-final templates; `{r}` becomes the nonce the server sent (so the message gets
+/// past the nonce check and its proof is what is tried).
+const CLIENT_FINALS: &[&str] = &[
+    "c=biws,r={r},p=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+    "c=eSws,r={r},p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=",
+    "c=cD10bHMtc2VydmVyLWVuZC1wb2ludCwsAAAA,r={r},p=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+    "c=biws,r={r},e=invalid-proof",
+    "c=biws,r={r},p=",
+    "c=biws,r={r}",
+];
+
+#[test]
+fn scram_exchanges_take_any_client_messages_and_accept_no_forged_proof() {
+    use sluice_server::scram::{Exchange, Verifier};
+    let _serial = serial();
+    // one iteration: the exchange's parsing is under test, not PBKDF2's cost
+    let verifier = Verifier::with_salt("pencil", b"fuzz-salt-16byte", 1);
+    let end_point = std::sync::Arc::new(vec![7u8; 32]);
+    let bytes = |templates: &'static [&'static str]| {
+        prop_oneof![
+            1 => proptest::collection::vec(any::<u8>(), 0..200),
+            3 => proptest::sample::select(templates).prop_map(|t| t.as_bytes().to_vec()),
+            3 => (
+                proptest::sample::select(templates),
+                proptest::collection::vec(mutation(), 0..4)
+            )
+                .prop_map(|(t, ms)| {
+                    let mut m = t.as_bytes().to_vec();
+                    for mu in &ms {
+                        if !m.is_empty() && !matches!(mu, Mutation::Length(_)) {
+                            apply(&mut m, mu, false);
+                        }
+                    }
+                    m
+                }),
+        ]
+    };
+    let mechanism = prop_oneof![
+        6 => Just("SCRAM-SHA-256"),
+        2 => Just("SCRAM-SHA-256-PLUS"),
+        1 => Just("PLAIN"),
+        1 => Just(""),
+    ];
+    let strategy = (
+        mechanism,
+        bytes(CLIENT_FIRSTS),
+        proptest::sample::select(CLIENT_FINALS),
+        proptest::collection::vec(mutation(), 0..3),
+        any::<bool>(),
+        any::<bool>(),
+    );
+    let finals = std::sync::atomic::AtomicU32::new(0);
+    let mut runner = TestRunner::new(config(cases()));
+    runner
+        .run(
+            &strategy,
+            |(mechanism, first, final_template, mutations, real, tls)| {
+                timed(|| {
+                    let mut ex = Exchange::new(
+                        "alice",
+                        real.then(|| verifier.clone()),
+                        &[9u8; 32],
+                        tls.then(|| end_point.clone()),
+                    );
+                    let server_first = within_budget(ALLOC_SLACK + 8 * first.len(), || {
+                        ex.client_first(mechanism, &first)
+                    });
+                    let Ok(server_first) = server_first else {
+                        return Ok(());
+                    };
+                    let server_first = String::from_utf8_lossy(&server_first).into_owned();
+                    let nonce = server_first
+                        .split(',')
+                        .find_map(|f| f.strip_prefix("r="))
+                        .unwrap_or_default()
+                        .to_string();
+                    let mut last = final_template.replace("{r}", &nonce).into_bytes();
+                    for mu in &mutations {
+                        if !last.is_empty() && !matches!(mu, Mutation::Length(_)) {
+                            apply(&mut last, mu, false);
+                        }
+                    }
+                    finals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let verdict =
+                        within_budget(ALLOC_SLACK + 8 * last.len(), || ex.client_final(&last));
+                    prop_assert!(
+                        verdict.is_err(),
+                        "a client-final without the password's proof was accepted: {:?}",
+                        String::from_utf8_lossy(&last)
+                    );
+                    Ok(())
+                })
+            },
+        )
+        .expect("a property failed");
+    // the exchange got as far as a client-final in a fair share of the cases
+    let reached = finals.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        reached >= cases() / 20,
+        "only {reached} cases reached client-final"
+    );
 }
