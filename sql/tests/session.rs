@@ -1840,3 +1840,17 @@ async fn insert_expressions_are_evaluated_per_row_as_in_postgresql() {
         table(&[&["4"]])
     );
 }
+
+#[tokio::test]
+async fn keyword_functions_name_their_columns_as_in_postgresql() {
+    let (_db, mut s) = setup().await;
+    // (the first column was named session_user before)
+    assert_eq!(
+        columns(
+            &mut s,
+            "SELECT current_user, session_user, user, current_user AS x"
+        )
+        .await,
+        ["current_user", "session_user", "user", "x"]
+    );
+}

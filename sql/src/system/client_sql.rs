@@ -28,6 +28,7 @@ static CATALOG_SQL: LazyLock<PostgresCompatibilityParser> =
 static QUERY_RULES: LazyLock<Vec<Box<dyn SqlStatementRewriteRule>>> = LazyLock::new(|| {
     vec![
         Box::new(rules::StripCallableQualifier),
+        Box::new(super::rewrite::KeywordColumnNames),
         Box::new(rules::CurrentUserVariableToSessionUserFunctionCall),
         Box::new(rules::StripCollate),
         Box::new(rules::RewritePgCatalogOperator),

@@ -62,6 +62,52 @@ impl SqlStatementRewriteRule for OwnRelations {
     }
 }
 
+/// `SELECT current_user` names its column `current_user`, as PostgreSQL does (the crate's
+/// rule renames the call to `session_user`, whose name the column would take otherwise):
+/// an unaliased select item that is one of the parenthesis-less keyword functions gets its
+/// own name as an alias.
+#[derive(Debug)]
+pub struct KeywordColumnNames;
+
+impl SqlStatementRewriteRule for KeywordColumnNames {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        use datafusion::sql::sqlparser::ast::{Ident, Query, SelectItem, SetExpr};
+        struct Alias;
+        impl VisitorMut for Alias {
+            type Break = ();
+            fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
+                let SetExpr::Select(select) = q.body.as_mut() else {
+                    return ControlFlow::Continue(());
+                };
+                for item in &mut select.projection {
+                    let SelectItem::UnnamedExpr(Expr::Function(f)) = item else {
+                        continue;
+                    };
+                    let name = match f.name.0.as_slice() {
+                        [part] => part.as_ident().filter(|i| i.quote_style.is_none()),
+                        _ => None,
+                    };
+                    let Some(name) = name.map(|i| i.value.to_ascii_lowercase()) else {
+                        continue;
+                    };
+                    if matches!(f.args, FunctionArguments::None)
+                        && ["current_user", "current_role", "current_catalog"]
+                            .contains(&name.as_str())
+                    {
+                        *item = SelectItem::ExprWithAlias {
+                            expr: Expr::Function(f.clone()),
+                            alias: Ident::new(name),
+                        };
+                    }
+                }
+                ControlFlow::Continue(())
+            }
+        }
+        let _ = s.visit(&mut Alias);
+        s
+    }
+}
+
 /// The AST rewrites listed in the module docs.
 #[derive(Debug)]
 pub struct PgFunctions;
