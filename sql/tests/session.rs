@@ -1854,3 +1854,34 @@ async fn keyword_functions_name_their_columns_as_in_postgresql() {
         ["current_user", "session_user", "user", "x"]
     );
 }
+
+#[tokio::test]
+async fn output_names_may_repeat_as_in_postgresql() {
+    let (_db, mut s) = setup().await;
+    ok(&mut s, "CREATE STREAM d (a int, b int)").await;
+    ok(&mut s, "INSERT INTO d VALUES (1, 2)").await;
+    // each was "Projections require unique expression names" (22000) before
+    for (sql, names, row) in [
+        ("SELECT a AS x, b AS x FROM d", ["x", "x"], ["1", "2"]),
+        ("SELECT a, b AS a FROM d", ["a", "a"], ["1", "2"]),
+        ("SELECT a, a FROM d", ["a", "a"], ["1", "1"]),
+        ("SELECT d.a, a FROM d", ["a", "a"], ["1", "1"]),
+    ] {
+        assert_eq!(columns(&mut s, sql).await, names, "{sql}");
+        assert_eq!(rows(&mut s, sql).await, table(&[&row]), "{sql}");
+    }
+    // a scalar subquery is named after its column (was ?column?)
+    assert_eq!(
+        columns(
+            &mut s,
+            "SELECT (SELECT count(*) FROM d), (SELECT max(a) AS z FROM d), (SELECT 1 + 1)"
+        )
+        .await,
+        ["count", "z", "?column?"]
+    );
+    // an ORDER BY on a repeated name takes the first, and an alias still sorts
+    assert_eq!(
+        rows(&mut s, "SELECT b AS x, a AS x FROM d ORDER BY x").await,
+        table(&[&["2", "1"]])
+    );
+}

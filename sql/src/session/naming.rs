@@ -36,6 +36,10 @@ pub(super) fn pg_column_names(stmt: &Statement, schema: &Schema) -> SchemaRef {
         .zip(schema.fields())
         .map(|(item, f)| match item {
             SelectItem::UnnamedExpr(e) => f.as_ref().clone().with_name(expr_name(e)),
+            SelectItem::ExprWithAlias { alias, .. } => f
+                .as_ref()
+                .clone()
+                .with_name(statement::normalize_ident(alias)),
             _ => f.as_ref().clone(),
         })
         .collect();
@@ -80,6 +84,15 @@ fn expr_name(e: &Expr) -> String {
                 .unwrap_or_else(|_| data_type.to_string().to_lowercase()),
         },
         Expr::Nested(inner) => expr_name(inner),
+        // a scalar subquery is named after its one column
+        Expr::Subquery(q) => match q.body.as_ref() {
+            SetExpr::Select(s) => match s.projection.as_slice() {
+                [SelectItem::UnnamedExpr(e)] => expr_name(e),
+                [SelectItem::ExprWithAlias { alias, .. }] => statement::normalize_ident(alias),
+                _ => "?column?".into(),
+            },
+            _ => "?column?".into(),
+        },
         Expr::Case { .. } => "case".into(),
         Expr::Exists { .. } => "exists".into(),
         Expr::Array(_) => "array".into(),
@@ -88,8 +101,10 @@ fn expr_name(e: &Expr) -> String {
 }
 
 /// DataFusion requires distinct output names; PostgreSQL does not
-/// (`SELECT 1, 1`). Give every unnamed non-column expression of the top
-/// SELECT a private alias; [`pg_column_names`] restores the PostgreSQL
+/// (`SELECT 1, 1`, `SELECT a, b AS a`, `SELECT a AS x, b AS x`). Give every
+/// unnamed non-column expression of the top SELECT a private alias, and every
+/// later column or alias whose name an earlier one has (a name an ORDER BY may
+/// use keeps its first holder); [`pg_column_names`] restores the PostgreSQL
 /// names afterwards.
 pub(super) fn with_unique_names(stmt: &Statement) -> Statement {
     let mut stmt = stmt.clone();
@@ -104,14 +119,32 @@ pub(super) fn with_unique_names(stmt: &Statement) -> Statement {
             if wildcard {
                 return stmt;
             }
+            let mut seen = std::collections::HashSet::new();
             for (i, item) in select.projection.iter_mut().enumerate() {
-                if let SelectItem::UnnamedExpr(e) = item {
-                    if !matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
+                let private = sqlparser::ast::Ident::new(format!("__sluice_col_{i}"));
+                match item {
+                    SelectItem::UnnamedExpr(
+                        e @ (Expr::Identifier(_) | Expr::CompoundIdentifier(_)),
+                    ) => {
+                        if !seen.insert(expr_name(e)) {
+                            *item = SelectItem::ExprWithAlias {
+                                expr: e.clone(),
+                                alias: private,
+                            };
+                        }
+                    }
+                    SelectItem::UnnamedExpr(e) => {
                         *item = SelectItem::ExprWithAlias {
                             expr: e.clone(),
-                            alias: sqlparser::ast::Ident::new(format!("__sluice_col_{i}")),
+                            alias: private,
                         };
                     }
+                    SelectItem::ExprWithAlias { alias, .. } => {
+                        if !seen.insert(statement::normalize_ident(alias)) {
+                            *alias = private;
+                        }
+                    }
+                    _ => {}
                 }
             }
         }
