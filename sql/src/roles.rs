@@ -357,108 +357,20 @@ impl Roles {
                 superuser,
                 login,
                 password,
-            } => {
-                if self.roles.contains_key(&name) {
-                    return Err(Error::new(
-                        sqlstate::DUPLICATE_OBJECT,
-                        format!("role \"{name}\" already exists"),
-                    ));
-                }
-                check_verifier(password.as_deref())?;
-                let oid = *next_oid;
-                *next_oid += 1;
-                self.roles.insert(
-                    name.clone(),
-                    Role {
-                        name,
-                        oid,
-                        superuser,
-                        login,
-                        verifier: password,
-                        member_of: BTreeSet::new(),
-                    },
-                );
-            }
+            } => self.create(name, superuser, login, password, next_oid),
             RoleChange::Alter {
                 name,
                 superuser,
                 login,
                 password,
-            } => {
-                if let Some(p) = &password {
-                    check_verifier(p.as_deref())?;
-                }
-                let role = self.roles.get_mut(&name).ok_or_else(|| no_role(&name))?;
-                if let Some(s) = superuser {
-                    role.superuser = s;
-                }
-                if let Some(l) = login {
-                    role.login = l;
-                }
-                if let Some(p) = password {
-                    role.verifier = p;
-                }
-            }
-            RoleChange::Drop { names, if_exists } => {
-                for name in &names {
-                    if !self.roles.contains_key(name) {
-                        if if_exists {
-                            continue;
-                        }
-                        return Err(no_role(name));
-                    }
-                    if let Some(why) = self.depends(name) {
-                        return Err(Error::new(
-                            sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                            format!(
-                                "role \"{name}\" cannot be dropped because some objects depend on it: {why}"
-                            ),
-                        ));
-                    }
-                }
-                for name in &names {
-                    self.roles.remove(name);
-                    for r in self.roles.values_mut() {
-                        r.member_of.remove(name);
-                    }
-                }
-            }
+            } => self.alter(&name, superuser, login, password),
+            RoleChange::Drop { names, if_exists } => self.drop_roles(&names, if_exists),
             RoleChange::Privileges {
                 grant,
                 privileges,
                 relations,
                 roles,
-            } => {
-                self.check_roles(&roles)?;
-                let relations = match relations {
-                    Relations::Named(names) => {
-                        if let Some(missing) = names.iter().find(|n| !(catalog.exists)(n)) {
-                            return Err(Error::undefined_table(missing));
-                        }
-                        names
-                    }
-                    Relations::AllInPublic => catalog.all_relations.clone(),
-                };
-                for rel in relations {
-                    let by_role = self.grants.entry(rel.clone()).or_default();
-                    for role in &roles {
-                        let set = by_role.entry(role.clone()).or_default();
-                        for p in &privileges {
-                            if grant {
-                                set.insert(*p);
-                            } else {
-                                set.remove(p);
-                            }
-                        }
-                        if set.is_empty() {
-                            by_role.remove(role);
-                        }
-                    }
-                    if by_role.is_empty() {
-                        self.grants.remove(&rel);
-                    }
-                }
-            }
+            } => self.privileges(grant, &privileges, relations, &roles, catalog),
             RoleChange::SchemaCreate { grant, roles } => {
                 self.check_roles(&roles)?;
                 for r in roles {
@@ -468,35 +380,158 @@ impl Roles {
                         self.schema_create.remove(&r);
                     }
                 }
+                Ok(())
             }
             RoleChange::Membership {
                 grant,
                 granted,
                 members,
-            } => {
-                self.check_roles(&granted)?;
-                self.check_roles(&members)?;
-                if grant {
-                    for g in &granted {
-                        for m in &members {
-                            if self.closure(g).contains(m) {
-                                return Err(Error::new(
-                                    sqlstate::INVALID_GRANT_OPERATION,
-                                    format!("role \"{m}\" is a member of role \"{g}\""),
-                                ));
-                            }
-                        }
+            } => self.membership(grant, &granted, &members),
+        }
+    }
+
+    fn create(
+        &mut self,
+        name: String,
+        superuser: bool,
+        login: bool,
+        password: Option<String>,
+        next_oid: &mut u32,
+    ) -> Result<()> {
+        if self.roles.contains_key(&name) {
+            return Err(Error::new(
+                sqlstate::DUPLICATE_OBJECT,
+                format!("role \"{name}\" already exists"),
+            ));
+        }
+        check_verifier(password.as_deref())?;
+        let oid = *next_oid;
+        *next_oid += 1;
+        self.roles.insert(
+            name.clone(),
+            Role {
+                name,
+                oid,
+                superuser,
+                login,
+                verifier: password,
+                member_of: BTreeSet::new(),
+            },
+        );
+        Ok(())
+    }
+
+    fn alter(
+        &mut self,
+        name: &str,
+        superuser: Option<bool>,
+        login: Option<bool>,
+        password: Option<Option<String>>,
+    ) -> Result<()> {
+        if let Some(p) = &password {
+            check_verifier(p.as_deref())?;
+        }
+        let role = self.roles.get_mut(name).ok_or_else(|| no_role(name))?;
+        if let Some(s) = superuser {
+            role.superuser = s;
+        }
+        if let Some(l) = login {
+            role.login = l;
+        }
+        if let Some(p) = password {
+            role.verifier = p;
+        }
+        Ok(())
+    }
+
+    fn drop_roles(&mut self, names: &[String], if_exists: bool) -> Result<()> {
+        for name in names {
+            if !self.roles.contains_key(name) {
+                if if_exists {
+                    continue;
+                }
+                return Err(no_role(name));
+            }
+            if let Some(why) = self.depends(name) {
+                return Err(Error::new(
+                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                    format!(
+                        "role \"{name}\" cannot be dropped because some objects depend on it: {why}"
+                    ),
+                ));
+            }
+        }
+        for name in names {
+            self.roles.remove(name);
+            for r in self.roles.values_mut() {
+                r.member_of.remove(name);
+            }
+        }
+        Ok(())
+    }
+
+    fn privileges(
+        &mut self,
+        grant: bool,
+        privileges: &[Privilege],
+        relations: Relations,
+        roles: &[String],
+        catalog: &CatalogView<'_>,
+    ) -> Result<()> {
+        self.check_roles(roles)?;
+        let relations = match relations {
+            Relations::Named(names) => {
+                if let Some(missing) = names.iter().find(|n| !(catalog.exists)(n)) {
+                    return Err(Error::undefined_table(missing));
+                }
+                names
+            }
+            Relations::AllInPublic => catalog.all_relations.clone(),
+        };
+        for rel in relations {
+            let by_role = self.grants.entry(rel.clone()).or_default();
+            for role in roles {
+                let set = by_role.entry(role.clone()).or_default();
+                for p in privileges {
+                    if grant {
+                        set.insert(*p);
+                    } else {
+                        set.remove(p);
                     }
                 }
-                for m in &members {
-                    if let Some(role) = self.roles.get_mut(m) {
-                        for g in &granted {
-                            if grant {
-                                role.member_of.insert(g.clone());
-                            } else {
-                                role.member_of.remove(g);
-                            }
-                        }
+                if set.is_empty() {
+                    by_role.remove(role);
+                }
+            }
+            if by_role.is_empty() {
+                self.grants.remove(&rel);
+            }
+        }
+        Ok(())
+    }
+
+    fn membership(&mut self, grant: bool, granted: &[String], members: &[String]) -> Result<()> {
+        self.check_roles(granted)?;
+        self.check_roles(members)?;
+        if grant {
+            for g in granted {
+                for m in members {
+                    if self.closure(g).contains(m) {
+                        return Err(Error::new(
+                            sqlstate::INVALID_GRANT_OPERATION,
+                            format!("role \"{m}\" is a member of role \"{g}\""),
+                        ));
+                    }
+                }
+            }
+        }
+        for m in members {
+            if let Some(role) = self.roles.get_mut(m) {
+                for g in granted {
+                    if grant {
+                        role.member_of.insert(g.clone());
+                    } else {
+                        role.member_of.remove(g);
                     }
                 }
             }

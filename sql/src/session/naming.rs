@@ -125,24 +125,23 @@ pub(super) fn with_unique_names(stmt: &Statement) -> Statement {
                 match item {
                     SelectItem::UnnamedExpr(
                         e @ (Expr::Identifier(_) | Expr::CompoundIdentifier(_)),
-                    ) => {
-                        if !seen.insert(expr_name(e)) {
-                            *item = SelectItem::ExprWithAlias {
-                                expr: e.clone(),
-                                alias: private,
-                            };
-                        }
+                    ) if !seen.insert(expr_name(e)) => {
+                        *item = SelectItem::ExprWithAlias {
+                            expr: e.clone(),
+                            alias: private,
+                        };
                     }
+                    SelectItem::UnnamedExpr(Expr::Identifier(_) | Expr::CompoundIdentifier(_)) => {}
                     SelectItem::UnnamedExpr(e) => {
                         *item = SelectItem::ExprWithAlias {
                             expr: e.clone(),
                             alias: private,
                         };
                     }
-                    SelectItem::ExprWithAlias { alias, .. } => {
-                        if !seen.insert(statement::normalize_ident(alias)) {
-                            *alias = private;
-                        }
+                    SelectItem::ExprWithAlias { alias, .. }
+                        if !seen.insert(statement::normalize_ident(alias)) =>
+                    {
+                        *alias = private;
                     }
                     _ => {}
                 }

@@ -208,44 +208,50 @@ fn pg_class(rels: &[Relation], who: &super::roles::Who) -> DFResult<Arc<dyn Tabl
         ]);
         if !r.key.is_empty() {
             // the primary key's index (a btree, as PostgreSQL's would be)
-            t.row(vec![
-                i4(r.index_oid),
-                s(r.pkey_name()),
-                i4(r.namespace),
-                i4(0),
-                i4(0),
-                i4(OWNER_OID),
-                i4(BTREE_AM_OID),
-                i4(r.index_oid),
-                i4(0),
-                i4(0),
-                ScalarValue::Float32(Some(0.0)),
-                i4(0),
-                i4(0),
-                b(false),
-                b(false),
-                s("p"),
-                s("i"),
-                i2(r.key.len() as i16),
-                i2(0),
-                b(false),
-                b(false),
-                b(false),
-                b(false),
-                b(false),
-                b(true),
-                s("n"),
-                b(false),
-                i4(0),
-                i4(0),
-                i4(0),
-                null_array(),
-                null_array(),
-                null_s(),
-            ]);
+            t.row(key_index_row(r, who.owner_oid(&r.name)));
         }
     }
     t.build()
+}
+
+/// The pg_class row of a relation's primary key index (a btree, as PostgreSQL's would be),
+/// owned by the relation's owner.
+fn key_index_row(r: &Relation, owner: i32) -> Vec<ScalarValue> {
+    vec![
+        i4(r.index_oid),
+        s(r.pkey_name()),
+        i4(r.namespace),
+        i4(0),
+        i4(0),
+        i4(owner),
+        i4(BTREE_AM_OID),
+        i4(r.index_oid),
+        i4(0),
+        i4(0),
+        ScalarValue::Float32(Some(0.0)),
+        i4(0),
+        i4(0),
+        b(false),
+        b(false),
+        s("p"),
+        s("i"),
+        i2(r.key.len() as i16),
+        i2(0),
+        b(false),
+        b(false),
+        b(false),
+        b(false),
+        b(false),
+        b(true),
+        s("n"),
+        b(false),
+        i4(0),
+        i4(0),
+        i4(0),
+        null_array(),
+        null_array(),
+        null_s(),
+    ]
 }
 
 /// pg_am's btree.

@@ -467,71 +467,82 @@ fn df(e: Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
+/// Who the session is and which relations exist, as of one function call.
+type WhoNow = Arc<dyn Fn() -> DFResult<(Who, Vec<Relation>)> + Send + Sync>;
+
 /// The role functions, bound to the session's identity and the engine's catalog.
 pub(super) fn functions(vars: &SharedVars, engine: &Weak<dyn CatalogSource>) -> Vec<ScalarUDF> {
-    let who = {
-        let vars = vars.clone();
-        let engine = engine.clone();
-        move || -> DFResult<(Who, Vec<Relation>)> {
-            let e = engine
-                .upgrade()
-                .ok_or_else(|| DataFusionError::Execution("server is shutting down".into()))?;
-            let who = Who::new(&*e, &vars.read());
-            Ok((who, relations(&*e)))
-        }
-    };
-    let who = Arc::new(who);
-    let mut out = Vec::new();
-    for name in ["has_table_privilege", "has_any_column_privilege"] {
-        let who = who.clone();
-        out.push(udf(
-            name,
-            TypeSignature::VariadicAny,
-            DataType::Boolean,
-            Volatility::Stable,
-            move |args, rows| {
-                let (who, rels) = who()?;
-                privilege_rows(&who, args, rows, |who, role, object, privileges| {
-                    let target = match object {
-                        Object::Name(n) => match split_name(&n) {
-                            (Some(s), _) if s == "pg_catalog" || s == "information_schema" => {
-                                Target::System
-                            }
-                            (s, n) if s.as_deref().is_none_or(|s| s == "public") => {
-                                match rels.iter().find(|r| r.name == n) {
-                                    Some(r) if r.kind == "r" => Target::User(n),
-                                    Some(_) => Target::System,
-                                    None
-                                        if datafusion_pg_catalog::pg_catalog::PG_CATALOG_TABLES
-                                            .contains(&n.as_str()) =>
-                                    {
-                                        Target::System
-                                    }
-                                    None => return Err(Error::undefined_table(&n)),
+    let (vars, engine) = (vars.clone(), engine.clone());
+    let who: WhoNow = Arc::new(move || {
+        let e = engine
+            .upgrade()
+            .ok_or_else(|| DataFusionError::Execution("server is shutting down".into()))?;
+        let who = Who::new(&*e, &vars.read());
+        Ok((who, relations(&*e)))
+    });
+    let mut out: Vec<ScalarUDF> = ["has_table_privilege", "has_any_column_privilege"]
+        .into_iter()
+        .map(|name| table_privilege_fn(name, who.clone()))
+        .collect();
+    out.push(schema_privilege_fn(who.clone()));
+    out.push(userbyid_fn(who.clone()));
+    out.push(memberof_fn(who));
+    out
+}
+
+/// `has_table_privilege([user,] table, privileges)` (and `has_any_column_privilege`: no
+/// column has privileges of its own).
+fn table_privilege_fn(name: &str, who: WhoNow) -> ScalarUDF {
+    udf(
+        name,
+        TypeSignature::VariadicAny,
+        DataType::Boolean,
+        Volatility::Stable,
+        move |args, rows| {
+            let (who, rels) = who()?;
+            privilege_rows(&who, args, rows, |who, role, object, privileges| {
+                let target = match object {
+                    Object::Name(n) => match split_name(&n) {
+                        (Some(s), _) if s == "pg_catalog" || s == "information_schema" => {
+                            Target::System
+                        }
+                        (s, n) if s.as_deref().is_none_or(|s| s == "public") => {
+                            match rels.iter().find(|r| r.name == n) {
+                                Some(r) if r.kind == "r" => Target::User(n),
+                                Some(_) => Target::System,
+                                None if datafusion_pg_catalog::pg_catalog::PG_CATALOG_TABLES
+                                    .contains(&n.as_str()) =>
+                                {
+                                    Target::System
                                 }
+                                None => return Err(Error::undefined_table(&n)),
                             }
-                            (_, n) => return Err(Error::undefined_table(&n)),
-                        },
-                        Object::Oid(oid) => match rels.iter().find(|r| r.oid as i64 == oid) {
-                            Some(r) if r.kind == "r" => Target::User(r.name.clone()),
-                            Some(_) => Target::System,
-                            None => return Ok(None),
-                        },
-                    };
-                    let wanted = parse_table_privileges(privileges)?;
-                    Ok(Some(who.may(role, &target, &wanted)))
-                })
-            },
-        ));
-    }
-    let w = who.clone();
-    out.push(udf(
+                        }
+                        (_, n) => return Err(Error::undefined_table(&n)),
+                    },
+                    Object::Oid(oid) => match rels.iter().find(|r| r.oid as i64 == oid) {
+                        Some(r) if r.kind == "r" => Target::User(r.name.clone()),
+                        Some(_) => Target::System,
+                        None => return Ok(None),
+                    },
+                };
+                let wanted = parse_table_privileges(privileges)?;
+                Ok(Some(who.may(role, &target, &wanted)))
+            })
+        },
+    )
+}
+
+/// `has_schema_privilege([user,] schema, privileges)`: USAGE on every schema, CREATE on
+/// public for superusers and roles granted it.
+fn schema_privilege_fn(who: WhoNow) -> ScalarUDF {
+    udf(
         "has_schema_privilege",
         TypeSignature::VariadicAny,
         DataType::Boolean,
         Volatility::Stable,
         move |args, rows| {
-            let (who, _) = w()?;
+            let (who, _) = who()?;
             privilege_rows(&who, args, rows, |who, role, object, privileges| {
                 let public = match object {
                     Object::Name(n) => match split_name(&n).1.as_str() {
@@ -571,15 +582,18 @@ pub(super) fn functions(vars: &SharedVars, engine: &Weak<dyn CatalogSource>) -> 
                 Ok(Some(any))
             })
         },
-    ));
-    let w = who.clone();
-    out.push(udf(
+    )
+}
+
+/// `pg_get_userbyid(oid)`: the role's name, or PostgreSQL's `unknown (OID=n)`.
+fn userbyid_fn(who: WhoNow) -> ScalarUDF {
+    udf(
         "pg_get_userbyid",
         TypeSignature::Any(1),
         DataType::Utf8,
         Volatility::Stable,
         move |args, _| {
-            let (who, _) = w()?;
+            let (who, _) = who()?;
             let oids = arrow::compute::cast(&args[0], &DataType::Int64)?;
             let oids = oids.as_primitive::<arrow::datatypes::Int64Type>();
             Ok(Arc::new(StringArray::from_iter(oids.iter().map(|o| {
@@ -589,9 +603,12 @@ pub(super) fn functions(vars: &SharedVars, engine: &Weak<dyn CatalogSource>) -> 
                 })
             }))))
         },
-    ));
-    let w = who;
-    out.push(udf(
+    )
+}
+
+/// `sluice_role_memberof(oid)`: the roles a role is directly a member of (psql's `\du`).
+fn memberof_fn(who: WhoNow) -> ScalarUDF {
+    udf(
         "sluice_role_memberof",
         TypeSignature::Any(1),
         DataType::List(Arc::new(arrow::datatypes::Field::new(
@@ -601,7 +618,7 @@ pub(super) fn functions(vars: &SharedVars, engine: &Weak<dyn CatalogSource>) -> 
         ))),
         Volatility::Stable,
         move |args, _| {
-            let (who, _) = w()?;
+            let (who, _) = who()?;
             let oids = arrow::compute::cast(&args[0], &DataType::Int64)?;
             let oids = oids.as_primitive::<arrow::datatypes::Int64Type>();
             let mut list = ListBuilder::new(StringBuilder::new());
@@ -620,8 +637,7 @@ pub(super) fn functions(vars: &SharedVars, engine: &Weak<dyn CatalogSource>) -> 
             }
             Ok(Arc::new(list.finish()))
         },
-    ));
-    out
+    )
 }
 
 /// A privilege function's object argument.
