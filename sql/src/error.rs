@@ -273,6 +273,9 @@ fn classify_message(msg: &str) -> Error {
         sqlstate::INVALID_TEXT_REPRESENTATION
     } else if lower.contains("overflow") || lower.contains("out of range") {
         sqlstate::NUMERIC_VALUE_OUT_OF_RANGE
+    } else if lower.contains("unary operator") && lower.contains("only supports") {
+        // `- 'abc'::text`: PostgreSQL has no such operator
+        sqlstate::UNDEFINED_FUNCTION
     } else if lower.contains("invalid function")
         || lower.contains("function") && lower.contains("not found")
     {

@@ -478,13 +478,30 @@ impl Session {
         reservation.try_grow(bytes)?;
         let state = self.ctx.state();
         let in_place = bytes == 0;
-        let stmt = DFStatement::Statement(Box::new(with_unique_names(stmt)));
+        let stmt = self.explained_insert_columns(with_unique_names(stmt));
+        let stmt = DFStatement::Statement(Box::new(stmt));
         if in_place {
             return Ok((state.statement_to_plan(stmt).await?, reservation));
         }
         let planning = async move { state.statement_to_plan(stmt).await };
         let plan = crate::executor::run_on(self.engine.query_runtime.as_ref(), planning).await??;
         Ok((plan, reservation))
+    }
+
+    /// `EXPLAIN INSERT INTO s VALUES (...)` names the stream's columns, as the INSERT itself
+    /// does when it runs (DataFusion would count the system columns `offset` and `ts` too).
+    fn explained_insert_columns(&self, mut stmt: Statement) -> Statement {
+        if let Statement::Explain { statement, .. } = &mut stmt {
+            if let Statement::Insert(ins) = statement.as_mut() {
+                let stream = append::insert_target(ins)
+                    .ok()
+                    .and_then(|t| self.engine.catalog.get(&t));
+                if let (Some(stream), true) = (stream, ins.columns.is_empty()) {
+                    ins.columns = append::user_column_names(&stream);
+                }
+            }
+        }
+        stmt
     }
 
     async fn query(&mut self, stmt: &Statement, params: &[ScalarValue]) -> Result<Output> {

@@ -1885,3 +1885,21 @@ async fn output_names_may_repeat_as_in_postgresql() {
         table(&[&["2", "1"]])
     );
 }
+
+#[tokio::test]
+async fn explain_insert_and_unary_operators_answer_as_postgresql() {
+    let (_db, mut s) = setup().await;
+    ok(&mut s, "CREATE STREAM s (v text)").await;
+    // counted offset and ts as columns before: 42601 "Inconsistent data length"
+    let plan = rows(&mut s, "EXPLAIN INSERT INTO s VALUES ('x')").await;
+    assert!(
+        plan.iter().any(|r| r[1].contains("Insert Into")),
+        "{plan:?}"
+    );
+    assert_eq!(
+        rows(&mut s, "SELECT count(*) FROM s").await,
+        table(&[&["0"]])
+    );
+    // no such operator (was 22000)
+    fails(&mut s, "SELECT - 'abc'::text", "42883").await;
+}

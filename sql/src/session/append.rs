@@ -150,17 +150,7 @@ impl Session {
             insert::values_with_subqueries_as_selects(source)?;
         }
         if ins.columns.is_empty() {
-            ins.columns = stream
-                .def
-                .columns
-                .iter()
-                .map(|c| {
-                    sqlparser::ast::ObjectName::from(vec![sqlparser::ast::Ident::with_quote(
-                        '"',
-                        c.name.clone(),
-                    )])
-                })
-                .collect();
+            ins.columns = user_column_names(stream);
         }
         let mut state = self.ctx.state();
         let collector = Arc::new(InsertCollector::default());
@@ -286,6 +276,21 @@ fn with_row_offsets(
 }
 
 /// The relation an INSERT names.
+/// A stream's own columns (not `offset`, `ts`) as an INSERT's column list.
+pub(super) fn user_column_names(stream: &Stream) -> Vec<sqlparser::ast::ObjectName> {
+    stream
+        .def
+        .columns
+        .iter()
+        .map(|c| {
+            sqlparser::ast::ObjectName::from(vec![sqlparser::ast::Ident::with_quote(
+                '"',
+                c.name.clone(),
+            )])
+        })
+        .collect()
+}
+
 pub(super) fn insert_target(ins: &sqlparser::ast::Insert) -> Result<String> {
     match &ins.table {
         TableObject::TableName(n) => Ok(statement::table_name(n)),
