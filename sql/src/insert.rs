@@ -152,15 +152,9 @@ pub fn eval_expression(
     let logical = state.create_logical_expr_from_sql_expr(sql, &schema).ok()?;
     let logical = logical
         .transform_up(|e| match e {
-            datafusion::logical_expr::Expr::Placeholder(p) => {
-                let idx: usize = p.id.trim_start_matches('$').parse().map_err(|_| {
-                    datafusion::error::DataFusionError::Plan(format!("invalid parameter {}", p.id))
-                })?;
-                let v = params.get(idx.wrapping_sub(1)).cloned().ok_or_else(|| {
-                    datafusion::error::DataFusionError::Plan(format!("no parameter ${idx}"))
-                })?;
-                Ok(Transformed::yes(lit(v)))
-            }
+            datafusion::logical_expr::Expr::Placeholder(p) => param(&p.id, params)
+                .map(|v| Transformed::yes(lit(v)))
+                .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e))),
             other => Ok(Transformed::no(other)),
         })
         .ok()?
@@ -210,21 +204,11 @@ pub fn values_with_subqueries_as_selects(query: &mut sqlparser::ast::Query) -> R
     let sqlparser::ast::SetExpr::Values(values) = query.body.as_ref() else {
         return Ok(());
     };
-    let has_subquery = values.rows.iter().flat_map(|r| &r.content).any(|e| {
-        struct Find;
-        impl Visitor for Find {
-            type Break = ();
-            fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
-                match e {
-                    Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => {
-                        ControlFlow::Break(())
-                    }
-                    _ => ControlFlow::Continue(()),
-                }
-            }
-        }
-        e.visit(&mut Find).is_break()
-    });
+    let has_subquery = values
+        .rows
+        .iter()
+        .flat_map(|r| &r.content)
+        .any(|e| any_expr(e, is_subquery));
     if !has_subquery {
         return Ok(());
     }
@@ -251,21 +235,32 @@ pub fn values_with_subqueries_as_selects(query: &mut sqlparser::ast::Query) -> R
 
 /// Whether a VALUES expression reads a relation: a subquery, or a name (a column).
 fn reads_relations(expr: &Expr) -> bool {
-    struct Find;
-    impl Visitor for Find {
+    any_expr(expr, |e| {
+        is_subquery(e) || matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+    })
+}
+
+fn is_subquery(e: &Expr) -> bool {
+    matches!(
+        e,
+        Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. }
+    )
+}
+
+/// Whether `expr` or any expression inside it satisfies `found`.
+fn any_expr(expr: &Expr, found: impl Fn(&Expr) -> bool) -> bool {
+    struct Find<F>(F);
+    impl<F: Fn(&Expr) -> bool> Visitor for Find<F> {
         type Break = ();
         fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
-            match e {
-                Expr::Subquery(_)
-                | Expr::Exists { .. }
-                | Expr::InSubquery { .. }
-                | Expr::Identifier(_)
-                | Expr::CompoundIdentifier(_) => ControlFlow::Break(()),
-                _ => ControlFlow::Continue(()),
+            if (self.0)(e) {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
             }
         }
     }
-    expr.visit(&mut Find).is_break()
+    expr.visit(&mut Find(found)).is_break()
 }
 
 /// The declared type of each `$n` in VALUES rows, from the target columns.

@@ -91,8 +91,10 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
         .and_then(|mut p| p.parse_statements());
     // the catalog parser has no work bound (see complexity::UNBOUNDED_PARSE_DEPTH); it
     // parses the text after FRAGMENTS, which may have taken the deepest part away (\dp)
-    let catalog_parse_ok =
-        || complexity::depth(&substitute(sql)) <= complexity::UNBOUNDED_PARSE_DEPTH;
+    // made once, when a catalog parse is considered
+    let substituted = std::cell::OnceCell::new();
+    let substituted = || substituted.get_or_init(|| substitute(sql)).as_str();
+    let catalog_parse_ok = || complexity::depth(substituted()) <= complexity::UNBOUNDED_PARSE_DEPTH;
     match plain {
         Ok(stmts) if !stmts.iter().any(reads_catalogs) || !catalog_parse_ok() => Ok(stmts
             .into_iter()
@@ -103,15 +105,18 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
             .collect()),
         // reads the catalogs, or (a client catalog query the crate knows)
         // does not parse as sent
-        Ok(_) => catalog_parse(sql),
+        Ok(_) => catalog_parse(substituted()),
         Err(ParserError::RecursionLimitExceeded) => Err(ParserError::RecursionLimitExceeded),
-        Err(e) if mentions_catalogs(sql) && catalog_parse_ok() => catalog_parse(sql).map_err(|_| e),
+        Err(e) if mentions_catalogs(sql) && catalog_parse_ok() => {
+            catalog_parse(substituted()).map_err(|_| e)
+        }
         Err(e) => Err(e),
     }
 }
 
-fn catalog_parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
-    let stmts = CATALOG_SQL.parse(&substitute(sql))?;
+/// Parse `substituted` (the text after [`FRAGMENTS`]) with the catalog parser and rules.
+fn catalog_parse(substituted: &str) -> Result<Vec<Statement>, ParserError> {
+    let stmts = CATALOG_SQL.parse(substituted)?;
     Ok(stmts
         .into_iter()
         .map(|s| super::rewrite::OwnRelations.rewrite(s))

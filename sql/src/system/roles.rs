@@ -467,8 +467,9 @@ fn df(e: Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
-/// Who the session is and which relations exist, as of one function call.
-type WhoNow = Arc<dyn Fn() -> DFResult<(Who, Vec<Relation>)> + Send + Sync>;
+/// Who the session is, as of one function call, and the engine (for what else a function
+/// needs of the catalog).
+type WhoNow = Arc<dyn Fn() -> DFResult<(Who, Arc<dyn CatalogSource>)> + Send + Sync>;
 
 /// The role functions, bound to the session's identity and the engine's catalog.
 pub(super) fn functions(vars: &SharedVars, engine: &Weak<dyn CatalogSource>) -> Vec<ScalarUDF> {
@@ -478,7 +479,7 @@ pub(super) fn functions(vars: &SharedVars, engine: &Weak<dyn CatalogSource>) -> 
             .upgrade()
             .ok_or_else(|| DataFusionError::Execution("server is shutting down".into()))?;
         let who = Who::new(&*e, &vars.read());
-        Ok((who, relations(&*e)))
+        Ok((who, e))
     });
     let mut out: Vec<ScalarUDF> = ["has_table_privilege", "has_any_column_privilege"]
         .into_iter()
@@ -499,7 +500,8 @@ fn table_privilege_fn(name: &str, who: WhoNow) -> ScalarUDF {
         DataType::Boolean,
         Volatility::Stable,
         move |args, rows| {
-            let (who, rels) = who()?;
+            let (who, engine) = who()?;
+            let rels = relations(&*engine);
             privilege_rows(&who, args, rows, |who, role, object, privileges| {
                 let target = match object {
                     Object::Name(n) => match split_name(&n) {
