@@ -3,7 +3,7 @@
 //! One OS thread owns raft-rs's `RawNode` and the application's [`StateMachine`]
 //! ([`node`]); everyone else talks to it through a bounded proposal queue via a cheap,
 //! cloneable [`NodeHandle`]. Nodes of a cluster talk over [`transport`] (TCP, authenticated by
-//! a shared cluster secret in [`peer_auth`]); a follower
+//! a shared cluster secret in [`peer_auth`], mutual TLS in [`peer_tls`], or both); a follower
 //! forwards proposals to the leader, and a lagging one is caught up with a snapshot. Proposals that queue up while a log write is being fsynced go into
 //! the next write together (group commit). The Raft log is durable in [`wal`] segment files and
 //! compacted up to each state-machine checkpoint. Commands are opaque bytes to this crate: it
@@ -19,6 +19,7 @@ mod logging;
 pub mod metrics;
 pub mod node;
 pub mod peer_auth;
+pub mod peer_tls;
 pub mod transport;
 pub mod wal;
 
@@ -29,3 +30,4 @@ pub use node::{
     Unavailable,
 };
 pub use peer_auth::ClusterSecret;
+pub use peer_tls::PeerTls;

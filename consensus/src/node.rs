@@ -32,7 +32,8 @@ use crate::error::{Error, Result};
 use crate::log_store::LogStore;
 use crate::metrics::Metrics;
 use crate::peer_auth::{is_loopback_address, ClusterSecret, PeerAuth};
-use crate::transport::{NoTransport, TcpTransport, Transport, INBOUND_QUEUE};
+use crate::peer_tls::PeerTls;
+use crate::transport::{NoTransport, PeerSecurity, TcpTransport, Transport, INBOUND_QUEUE};
 use driver::{Driver, Request};
 
 /// The replicated state machine. It is called only from the node thread, in log order.
@@ -122,6 +123,9 @@ pub struct NodeConfig {
     /// The secret every member shares; with it, every peer connection is authenticated (see
     /// [`crate::peer_auth`]). Required when any peer address is not loopback.
     pub cluster_secret: Option<ClusterSecret>,
+    /// Mutual TLS between members (see [`crate::peer_tls`]). Either this or a cluster secret
+    /// (or both) is required when any peer address is not loopback.
+    pub peer_tls: Option<PeerTls>,
 }
 
 impl NodeConfig {
@@ -149,6 +153,7 @@ impl NodeConfig {
             max_pending: 65_536,
             max_frame_bytes: 1 << 30,
             cluster_secret: None,
+            peer_tls: None,
         }
     }
 
@@ -166,10 +171,10 @@ impl NodeConfig {
         if !self.peers.is_empty() && !self.peers.contains_key(&self.id) {
             return fail("peers must include this node's own address");
         }
-        if self.cluster_secret.is_none() {
+        if self.cluster_secret.is_none() && self.peer_tls.is_none() {
             if let Some((id, addr)) = self.peers.iter().find(|(_, a)| !is_loopback_address(a)) {
                 return Err(Error::Config(format!(
-                    "node {id}'s Raft address {addr} is not loopback: a cluster beyond loopback needs a cluster secret"
+                    "node {id}'s Raft address {addr} is not loopback: a cluster beyond loopback needs peer authentication (peer TLS or a cluster secret)"
                 )));
             }
         }
@@ -412,10 +417,13 @@ pub fn start<SM: StateMachine>(config: NodeConfig, sm: SM) -> Result<NodeHandle<
                 &config.peers,
                 inbound_tx.clone(),
                 config.max_frame_bytes,
-                config
-                    .cluster_secret
-                    .clone()
-                    .map(|secret| PeerAuth::new(secret, config.id)),
+                PeerSecurity {
+                    secret: config
+                        .cluster_secret
+                        .clone()
+                        .map(|secret| PeerAuth::new(secret, config.id)),
+                    tls: config.peer_tls.clone(),
+                },
                 runtime,
             )
             .map_err(|e| Error::io("start the Raft transport", e))?,

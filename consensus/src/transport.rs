@@ -7,21 +7,24 @@
 //! queues, and what happens later (a peer unreachable, a snapshot delivered or not) comes back
 //! as an [`Inbound`] report on the same bounded channel as received frames.
 //!
-//! With a cluster secret ([`PeerAuth`]), every connection opens with the mutual handshake of
-//! [`crate::peer_auth`] — bounded by its timeout, with at most `MAX_HANDSHAKES` in progress —
-//! and every frame is followed by its MAC: `[len u32][Envelope][MAC 32]`. A connection whose
-//! handshake fails, whose frame fails its MAC, or whose envelope names another sender than
-//! the node it authenticated as is closed, with a warning naming the peer's address. Without
-//! a secret there is no handshake and no MAC (loopback-only clusters; the server refuses
-//! anything else).
+//! Peers authenticate each other ([`PeerSecurity`]) with a cluster secret, mutual TLS, or
+//! both. With mutual TLS ([`crate::peer_tls`]) every connection is TLS 1.3, both ends present a
+//! certificate signed by the cluster CA, and the connector names itself in a hello after the
+//! handshake. With a cluster secret ([`PeerAuth`]), every connection opens with the mutual
+//! handshake of [`crate::peer_auth`] (inside TLS when both are configured) and every frame is
+//! followed by its MAC: `[len u32][Envelope][MAC 32]`. Handshakes are bounded by a timeout,
+//! with at most `MAX_HANDSHAKES` in progress. A connection whose handshake fails, whose frame
+//! fails its MAC, or whose envelope names another sender than the node it authenticated as is
+//! closed, with a warning naming the peer's address. With neither there is no handshake and
+//! no MAC (loopback-only clusters; the server refuses anything else).
 //!
 //! Invariants: every queue is bounded — per peer `PEER_QUEUE` frames out, `INBOUND_QUEUE`
 //! frames in — and a full outgoing queue drops the frame and reports the peer unreachable
 //! (Raft resends what matters); a frame larger than the configured maximum is refused on both
 //! sides, and a received frame's buffer grows only as its bytes arrive, never to a length a
 //! peer merely announced; connections are re-established with capped exponential backoff;
-//! with a secret, nothing from a connection reaches the node task before its handshake
-//! succeeded and the frame's MAC verified.
+//! with a secret or TLS, nothing from a connection reaches the node task before its handshake
+//! succeeded (and, with a secret, the frame's MAC verified).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -30,12 +33,38 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 
 pub use crate::peer_auth::PeerAuth;
-use crate::peer_auth::{FrameOpener, FrameSealer, Session, TAG_LEN};
+use crate::peer_auth::{FrameOpener, FrameSealer, HANDSHAKE_TIMEOUT, TAG_LEN};
+pub use crate::peer_tls::PeerTls;
+
+/// How a node's peer connections are authenticated: a cluster secret, mutual TLS, both, or
+/// (loopback-only clusters) neither.
+#[derive(Clone, Debug, Default)]
+pub struct PeerSecurity {
+    pub secret: Option<PeerAuth>,
+    pub tls: Option<PeerTls>,
+}
+
+impl PeerSecurity {
+    fn is_open(&self) -> bool {
+        self.secret.is_none() && self.tls.is_none()
+    }
+
+    fn handshake_timeout(&self) -> Duration {
+        self.secret
+            .as_ref()
+            .map_or(HANDSHAKE_TIMEOUT, |a| a.handshake_timeout)
+    }
+}
+
+/// A peer connection, plain TCP or TLS.
+trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> PeerStream for T {}
+type Stream = Box<dyn PeerStream>;
 
 /// One node-to-node frame.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -154,36 +183,36 @@ pub struct TcpTransport {
     inbound: mpsc::Sender<Inbound>,
     peers: HashMap<u64, Peer>,
     max_frame: usize,
-    auth: Option<Arc<PeerAuth>>,
+    security: Arc<PeerSecurity>,
     listener: tokio::task::JoinHandle<()>,
 }
 
 impl TcpTransport {
     /// Listens on `listener` (already bound: the caller learns bind errors at startup) and
-    /// prepares writers for every peer but `id`, on `runtime`. With `auth`, every connection
-    /// in either direction is authenticated (`auth.me` must be `id`).
+    /// prepares writers for every peer but `id`, on `runtime`. Unless `security` is empty,
+    /// every connection in either direction is authenticated (a secret's `me` must be `id`).
     pub fn start(
         id: u64,
         listener: std::net::TcpListener,
         peers: &BTreeMap<u64, String>,
         inbound: mpsc::Sender<Inbound>,
         max_frame: usize,
-        auth: Option<PeerAuth>,
+        security: PeerSecurity,
         runtime: tokio::runtime::Handle,
     ) -> std::io::Result<TcpTransport> {
-        if auth.as_ref().is_some_and(|a| a.me != id) {
+        if security.secret.as_ref().is_some_and(|a| a.me != id) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "peer authentication is for another node id",
             ));
         }
-        let auth = auth.map(Arc::new);
+        let security = Arc::new(security);
         listener.set_nonblocking(true)?;
         let tx = inbound.clone();
         let listener = {
             let _guard = runtime.enter();
             let listener = TcpListener::from_std(listener)?;
-            runtime.spawn(accept_loop(listener, tx, max_frame, auth.clone()))
+            runtime.spawn(accept_loop(id, listener, tx, max_frame, security.clone()))
         };
         let mut t = TcpTransport {
             id,
@@ -191,7 +220,7 @@ impl TcpTransport {
             inbound,
             peers: HashMap::new(),
             max_frame,
-            auth,
+            security,
             listener,
         };
         t.set_peers(peers);
@@ -256,11 +285,11 @@ impl Transport for TcpTransport {
             }
             let (queue, rx) = mpsc::channel(PEER_QUEUE);
             let task = self.runtime.spawn(write_loop(
-                id,
+                (self.id, id),
                 addr.clone(),
                 rx,
                 self.inbound.clone(),
-                self.auth.clone(),
+                self.security.clone(),
             ));
             self.peers.insert(
                 id,
@@ -278,18 +307,18 @@ impl Transport for TcpTransport {
 /// Frames queued while the peer is down are dropped (and the peer reported unreachable):
 /// stale Raft messages are worthless, and Raft resends what it still needs.
 async fn write_loop(
-    to: u64,
+    (me, to): (u64, u64),
     addr: String,
     mut rx: mpsc::Receiver<Outgoing>,
     inbound: mpsc::Sender<Inbound>,
-    auth: Option<Arc<PeerAuth>>,
+    security: Arc<PeerSecurity>,
 ) {
     let mut backoff = BACKOFF_MIN;
     loop {
         let connected = match TcpStream::connect(&addr).await {
             Ok(s) => {
                 let _ = s.set_nodelay(true);
-                open(s, auth.as_deref(), to, &addr).await
+                open(s, &security, (me, to), &addr).await
             }
             Err(e) => {
                 tracing::debug!(to, %addr, "cannot connect to peer: {e}");
@@ -324,29 +353,84 @@ async fn write_loop(
     }
 }
 
-/// Authenticates a new connection to node `to` when the cluster has a secret; `None` (logged)
-/// when the peer fails the handshake or does not finish it in time.
+/// Authenticates a new connection from node `me` to node `to` unless the cluster is open;
+/// `None` (logged) when the peer fails the handshake or does not finish it in time.
 async fn open(
-    mut stream: TcpStream,
-    auth: Option<&PeerAuth>,
-    to: u64,
+    tcp: TcpStream,
+    security: &PeerSecurity,
+    (me, to): (u64, u64),
     addr: &str,
-) -> Option<(TcpStream, Option<FrameSealer>)> {
-    let Some(auth) = auth else {
-        return Some((stream, None));
-    };
-    let failure = match tokio::time::timeout(
-        auth.handshake_timeout,
-        crate::peer_auth::connect(&mut stream, auth, to),
-    )
-    .await
+) -> Option<(Stream, Option<FrameSealer>)> {
+    if security.is_open() {
+        return Some((Box::new(tcp), None));
+    }
+    let timeout = security.handshake_timeout();
+    let failure = match tokio::time::timeout(timeout, connect(tcp, security, (me, to), addr)).await
     {
-        Ok(Ok(session)) => return Some((stream, Some(session.sealer))),
+        Ok(Ok(opened)) => return Some(opened),
         Ok(Err(e)) => e.to_string(),
-        Err(_) => format!("no handshake within {:?}", auth.handshake_timeout),
+        Err(_) => format!("no handshake within {timeout:?}"),
     };
     tracing::warn!(to, %addr, "peer failed authentication; connection dropped: {failure}");
     None
+}
+
+/// The connector's side of the handshakes: TLS, then the secret's handshake or TLS's hello.
+async fn connect(
+    tcp: TcpStream,
+    security: &PeerSecurity,
+    (me, to): (u64, u64),
+    addr: &str,
+) -> std::io::Result<(Stream, Option<FrameSealer>)> {
+    let mut stream: Stream = match &security.tls {
+        None => Box::new(tcp),
+        Some(tls) => {
+            let hello = security.secret.is_none().then_some((me, to));
+            Box::new(tls.connect(tcp, addr, hello).await?)
+        }
+    };
+    let sealer = match &security.secret {
+        None => None,
+        Some(auth) => Some(
+            crate::peer_auth::connect(&mut stream, auth, to)
+                .await?
+                .sealer,
+        ),
+    };
+    Ok((stream, sealer))
+}
+
+/// What the acceptor's handshakes established: the peer's node id (none on an open cluster)
+/// and, with a secret, the MAC check for its frames.
+struct Accepted {
+    stream: Stream,
+    peer: Option<u64>,
+    opener: Option<FrameOpener>,
+}
+
+/// The acceptor's side of the handshakes (see [`connect`]).
+async fn accept(tcp: TcpStream, security: &PeerSecurity, me: u64) -> std::io::Result<Accepted> {
+    let mut stream: Stream = match &security.tls {
+        None => Box::new(tcp),
+        Some(tls) => Box::new(tls.accept(tcp).await?),
+    };
+    if let Some(auth) = &security.secret {
+        let session = crate::peer_auth::accept(&mut stream, auth).await?;
+        return Ok(Accepted {
+            stream,
+            peer: Some(session.peer),
+            opener: Some(session.opener),
+        });
+    }
+    let peer = match security.tls {
+        Some(_) => Some(crate::peer_tls::read_hello(&mut stream, me).await?),
+        None => None,
+    };
+    Ok(Accepted {
+        stream,
+        peer,
+        opener: None,
+    })
 }
 
 /// Writes one frame, followed by its MAC on an authenticated connection.
@@ -365,11 +449,14 @@ where
     if frame.len() <= COALESCE_BYTES {
         // One write (one segment, with nodelay) for the small frames Raft sends most.
         let whole = [&len.to_be_bytes()[..], frame, tag].concat();
-        return writer.write_all(&whole).await;
+        writer.write_all(&whole).await?;
+        return writer.flush().await;
     }
     writer.write_all(&len.to_be_bytes()).await?;
     writer.write_all(frame).await?;
-    writer.write_all(tag).await
+    writer.write_all(tag).await?;
+    // TLS holds written bytes in its records until flushed; plain TCP has nothing to flush.
+    writer.flush().await
 }
 
 /// Frames up to this size are copied into one buffer with their length and MAC and written
@@ -377,10 +464,11 @@ where
 const COALESCE_BYTES: usize = 64 << 10;
 
 async fn accept_loop(
+    me: u64,
     listener: TcpListener,
     inbound: mpsc::Sender<Inbound>,
     max_frame: usize,
-    auth: Option<Arc<PeerAuth>>,
+    security: Arc<PeerSecurity>,
 ) {
     let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     let warnings = Arc::new(WarnGate::default());
@@ -388,40 +476,32 @@ async fn accept_loop(
         match listener.accept().await {
             Ok((socket, peer)) => {
                 let _ = socket.set_nodelay(true);
-                let permit = match &auth {
-                    None => None,
-                    Some(_) => match handshakes.clone().try_acquire_owned() {
+                let permit = if security.is_open() {
+                    None
+                } else {
+                    match handshakes.clone().try_acquire_owned() {
                         Ok(permit) => Some(permit),
                         Err(_) => {
                             warnings.warn(peer, "too many peer handshakes in progress");
                             continue;
                         }
-                    },
+                    }
                 };
-                let (inbound, auth, warnings) = (inbound.clone(), auth.clone(), warnings.clone());
+                let (inbound, security, warnings) =
+                    (inbound.clone(), security.clone(), warnings.clone());
                 tokio::spawn(async move {
-                    let mut socket = socket;
-                    let session = match &auth {
-                        None => None,
-                        Some(auth) => {
-                            let accepted = tokio::time::timeout(
-                                auth.handshake_timeout,
-                                crate::peer_auth::accept(&mut socket, auth),
-                            )
-                            .await;
-                            drop(permit);
-                            match accepted {
-                                Ok(Ok(session)) => Some(session),
-                                Ok(Err(e)) => return warnings.warn(peer, &e.to_string()),
-                                Err(_) => {
-                                    let why =
-                                        format!("no handshake within {:?}", auth.handshake_timeout);
-                                    return warnings.warn(peer, &why);
-                                }
-                            }
+                    let timeout = security.handshake_timeout();
+                    let accepted =
+                        tokio::time::timeout(timeout, accept(socket, &security, me)).await;
+                    drop(permit);
+                    let accepted = match accepted {
+                        Ok(Ok(accepted)) => accepted,
+                        Ok(Err(e)) => return warnings.warn(peer, &e.to_string()),
+                        Err(_) => {
+                            return warnings.warn(peer, &format!("no handshake within {timeout:?}"))
                         }
                     };
-                    match read_loop(socket, inbound, max_frame, session).await {
+                    match read_loop(accepted, inbound, max_frame).await {
                         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
                             warnings.warn(peer, &e.to_string())
                         }
@@ -441,30 +521,30 @@ async fn accept_loop(
 /// Receives frames until the connection ends, the node stops, or (authenticated) a frame
 /// fails its MAC or names another sender than the authenticated peer.
 async fn read_loop(
-    mut socket: TcpStream,
+    accepted: Accepted,
     inbound: mpsc::Sender<Inbound>,
     max_frame: usize,
-    mut session: Option<Session>,
 ) -> std::io::Result<()> {
+    let Accepted {
+        mut stream,
+        peer,
+        mut opener,
+    } = accepted;
     let mut buf = Vec::new();
     loop {
-        let env = match &mut session {
-            None => read_frame(&mut socket, &mut buf, max_frame).await?,
-            Some(session) => {
-                let env = read_sealed_frame(&mut socket, &mut buf, max_frame, &mut session.opener)
-                    .await?;
-                if env.from != session.peer {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::PermissionDenied,
-                        format!(
-                            "node {} sent a frame from node {}; connection dropped",
-                            session.peer, env.from
-                        ),
-                    ));
-                }
-                env
-            }
+        let env = match &mut opener {
+            None => read_frame(&mut stream, &mut buf, max_frame).await?,
+            Some(opener) => read_sealed_frame(&mut stream, &mut buf, max_frame, opener).await?,
         };
+        if let Some(peer) = peer.filter(|&p| p != env.from) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "node {peer} sent a frame from node {}; connection dropped",
+                    env.from
+                ),
+            ));
+        }
         if inbound.send(Inbound::Envelope(env)).await.is_err() {
             return Ok(()); // the node stopped
         }

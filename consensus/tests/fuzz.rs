@@ -25,7 +25,7 @@ use proptest::test_runner::{TestCaseError, TestRunner};
 use prost::Message as _;
 use raft::eraftpb::{Entry, HardState, SnapshotMetadata};
 use sluice_consensus::transport::{
-    read_frame, Body, Envelope, Forward, ForwardReply, Inbound, TcpTransport,
+    read_frame, Body, Envelope, Forward, ForwardReply, Inbound, PeerSecurity, TcpTransport,
 };
 use sluice_consensus::wal::Wal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
@@ -644,7 +644,7 @@ fn fuzz_transport_tcp() {
         &BTreeMap::new(),
         tx,
         MAX_FRAME,
-        None,
+        PeerSecurity::default(),
         runtime().handle().clone(),
     )
     .expect("start");
@@ -728,7 +728,7 @@ fn announced_length_is_not_allocated_before_the_bytes_arrive() {
         &BTreeMap::new(),
         tx,
         GIB,
-        None,
+        PeerSecurity::default(),
         runtime().handle().clone(),
     )
     .expect("start");

@@ -16,7 +16,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::Deserialize;
 use sluice_consensus::peer_auth::is_loopback_address;
-use sluice_consensus::ClusterSecret;
+use sluice_consensus::{ClusterSecret, PeerTls};
 
 #[derive(Debug, Clone, Args, Default)]
 pub struct ServeArgs {
@@ -59,6 +59,18 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub cluster_secret: Option<String>,
+    /// PEM certificate chain of this member (its certificate first, with the serverAuth and
+    /// clientAuth extended key usages and its --peers address as a subject alternative
+    /// name): mutual TLS on every Raft connection. Needs --peer-key and --peer-ca
+    #[arg(long, value_name = "PATH")]
+    pub peer_cert: Option<PathBuf>,
+    /// PEM private key of `--peer-cert`
+    #[arg(long, value_name = "PATH")]
+    pub peer_key: Option<PathBuf>,
+    /// PEM CA that every member's `--peer-cert` chains to (use a CA of its own: any
+    /// certificate it signed can join the Raft port)
+    #[arg(long, value_name = "PATH")]
+    pub peer_ca: Option<PathBuf>,
     /// The superuser's initial password: with it every login authenticates with
     /// SCRAM-SHA-256 (the password never crosses the connection); without it, loopback
     /// clients are trusted
@@ -129,6 +141,9 @@ struct FileConfig {
     join: Option<bool>,
     cluster_secret_file: Option<PathBuf>,
     cluster_secret: Option<String>,
+    peer_cert: Option<PathBuf>,
+    peer_key: Option<PathBuf>,
+    peer_ca: Option<PathBuf>,
     password: Option<String>,
     superuser: Option<String>,
     tls_cert: Option<PathBuf>,
@@ -213,6 +228,8 @@ pub struct Config {
     pub join: bool,
     /// What every Raft connection must prove (printed redacted).
     pub cluster_secret: Option<ClusterSecret>,
+    /// Mutual TLS between members, loaded from `--peer-cert/--peer-key/--peer-ca`.
+    pub peer_tls: Option<PeerTls>,
     pub password: Option<String>,
     /// The bootstrap superuser, whose initial password is `password`.
     pub superuser: String,
@@ -328,11 +345,24 @@ impl Config {
             args.cluster_secret.or(file.cluster_secret),
             args.cluster_secret_file.or(file.cluster_secret_file),
         )?;
-        if cluster_secret.is_none() {
+        let peer_tls = peer_tls(
+            args.peer_cert.or(file.peer_cert),
+            args.peer_key.or(file.peer_key),
+            args.peer_ca.or(file.peer_ca),
+        )?;
+        if peer_tls.is_some() && peers.is_empty() {
+            return Err(
+                "--peer-cert/--peer-key/--peer-ca need --peers: a single node has no \
+                        peers to authenticate"
+                    .into(),
+            );
+        }
+        if cluster_secret.is_none() && peer_tls.is_none() {
             if let Some((id, addr)) = peers.iter().find(|(_, a)| !is_loopback_address(a)) {
                 return Err(format!(
                     "refusing to start a cluster beyond loopback without peer authentication \
-                     (node {id} is at {addr}): set --cluster-secret-file (or \
+                     (node {id} is at {addr}): give every node --peer-cert, --peer-key and \
+                     --peer-ca (mutual TLS), or set --cluster-secret-file (or \
                      SLUICE_CLUSTER_SECRET) to the same secret on every node, or keep every \
                      --peers address on loopback"
                 ));
@@ -370,6 +400,7 @@ impl Config {
             peers,
             join,
             cluster_secret,
+            peer_tls,
             data_dir: args
                 .data_dir
                 .or(file.data_dir)
@@ -404,6 +435,21 @@ impl Config {
             fsync_delay: args.test_fsync_delay_ms.map(Duration::from_millis),
             test_panic_application_name: args.test_panic_application_name,
         })
+    }
+}
+
+/// Mutual TLS between members: all three files or none.
+fn peer_tls(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    ca: Option<PathBuf>,
+) -> Result<Option<PeerTls>, String> {
+    match (cert, key, ca) {
+        (None, None, None) => Ok(None),
+        (Some(cert), Some(key), Some(ca)) => PeerTls::load(&cert, &key, &ca)
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        _ => Err("peer TLS needs all of --peer-cert, --peer-key and --peer-ca".into()),
     }
 }
 
@@ -649,6 +695,7 @@ mod tests {
             "1=127.0.0.1:7001,2=db2.internal:7001",
         ] {
             let err = resolve(peers, None).unwrap_err();
+            assert!(err.contains("--peer-cert"), "{peers}: {err}");
             assert!(err.contains("--cluster-secret-file"), "{peers}: {err}");
             assert!(err.contains("SLUICE_CLUSTER_SECRET"), "{peers}: {err}");
             assert!(resolve(peers, secret).unwrap().cluster_secret.is_some());
@@ -664,6 +711,46 @@ mod tests {
             );
         }
         assert!(Config::resolve(ServeArgs::default()).is_ok());
+    }
+
+    #[test]
+    fn peer_tls_needs_all_three_files_and_a_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/tls/make-certs.sh");
+        let made = std::process::Command::new("bash")
+            .arg(script)
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let at = |f: &str| Some(dir.path().join(f));
+        let resolve = |peers: Option<&str>, cert, key, ca| {
+            Config::resolve(ServeArgs {
+                node_id: Some(1),
+                peers: peers.map(String::from),
+                peer_cert: cert,
+                peer_key: key,
+                peer_ca: ca,
+                ..Default::default()
+            })
+        };
+        let beyond = Some("1=10.0.0.1:7001,2=10.0.0.2:7001");
+        let c = resolve(beyond, at("peer.pem"), at("peer.key"), at("peer-ca.pem")).unwrap();
+        assert!(c.peer_tls.is_some() && c.cluster_secret.is_none());
+        let partial = resolve(beyond, at("peer.pem"), at("peer.key"), None).unwrap_err();
+        assert!(partial.contains("all of --peer-cert"), "{partial}");
+        let alone = resolve(None, at("peer.pem"), at("peer.key"), at("peer-ca.pem")).unwrap_err();
+        assert!(alone.contains("need --peers"), "{alone}");
+        let not_a_ca = resolve(beyond, at("peer.pem"), at("peer.key"), at("missing.pem"));
+        assert!(not_a_ca.unwrap_err().contains("--peer-ca"));
+        let wrong_key = resolve(
+            beyond,
+            at("peer.pem"),
+            at("intruder.key"),
+            at("peer-ca.pem"),
+        );
+        assert!(wrong_key.unwrap_err().contains("--peer-cert/--peer-key"));
     }
 
     #[test]

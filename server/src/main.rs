@@ -141,6 +141,7 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
     };
     engine_config.node.peers = config.peers.clone();
     engine_config.node.cluster_secret = config.cluster_secret.clone();
+    engine_config.node.peer_tls = config.peer_tls.clone();
     engine_config.node.fsync_delay = config.fsync_delay;
     engine_config.segment_bytes = config.segment_bytes;
     engine_config.node.checkpoint_entries = config.checkpoint_entries;

@@ -5,8 +5,11 @@
 //! for Raft peers on a port chosen here at run time. With `proxied`, node *j* reaches node *i*
 //! through a TCP proxy owned by the test (one per direction), so a test can cut any link —
 //! an in-process fault-injecting network, used where network namespaces are unavailable.
-//! Every node shares a cluster secret (a file in the cluster's temp dir), so every cluster
-//! test runs over authenticated peer connections; [`Cluster::start_open`] starts one without.
+//! Every cluster test runs over authenticated peer connections: by default mutual TLS (member
+//! certificates made by `tests/fixtures/tls/make-certs.sh` in the cluster's temp dir);
+//! `SLUICE_TEST_PEER_AUTH=secret` (a shared cluster secret) or `=both` runs the same tests
+//! with the other credentials. [`Cluster::start_with`] picks explicitly;
+//! [`Cluster::start_open`] starts a cluster with no peer authentication.
 //! Dropping the [`Cluster`] SIGKILLs every node and removes the data directories.
 
 use std::collections::BTreeMap;
@@ -116,26 +119,87 @@ pub struct Cluster {
     _root: TempDir,
 }
 
+/// What the members of a test cluster authenticate each other with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCredentials {
+    pub tls: bool,
+    pub secret: bool,
+}
+
+impl PeerCredentials {
+    /// Mutual TLS unless `SLUICE_TEST_PEER_AUTH` says `secret` or `both`.
+    pub fn from_env() -> PeerCredentials {
+        match std::env::var("SLUICE_TEST_PEER_AUTH").as_deref() {
+            Ok("secret") => PeerCredentials {
+                tls: false,
+                secret: true,
+            },
+            Ok("both") => PeerCredentials {
+                tls: true,
+                secret: true,
+            },
+            Ok("tls") | Err(_) => PeerCredentials {
+                tls: true,
+                secret: false,
+            },
+            Ok(other) => panic!("SLUICE_TEST_PEER_AUTH={other}: expected tls, secret or both"),
+        }
+    }
+}
+
+/// Makes the test certificates (see `tests/fixtures/tls/make-certs.sh`) in `dir`.
+pub fn make_certs(dir: &Path) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tls/make-certs.sh");
+    let status = Command::new("bash")
+        .arg(script)
+        .arg(dir)
+        .status()
+        .expect("run make-certs.sh");
+    assert!(status.success(), "make-certs.sh failed");
+}
+
 impl Cluster {
-    /// Starts `n` nodes (ids 1..=n) sharing a cluster secret and waits until each serves
-    /// clients.
+    /// Starts `n` nodes (ids 1..=n) authenticating each other as [`PeerCredentials::from_env`]
+    /// says, and waits until each serves clients.
     pub async fn start(n: u64, proxied: bool, extra: &[&str]) -> Cluster {
-        Cluster::start_with(n, proxied, extra, true).await
+        Cluster::start_with(n, proxied, extra, PeerCredentials::from_env()).await
     }
 
-    /// [`Cluster::start`] without a cluster secret: peer connections are not authenticated
-    /// (what a loopback-only cluster may still do).
+    /// [`Cluster::start`] without peer authentication (what a loopback-only cluster may
+    /// still do).
     pub async fn start_open(n: u64, proxied: bool, extra: &[&str]) -> Cluster {
-        Cluster::start_with(n, proxied, extra, false).await
+        let none = PeerCredentials {
+            tls: false,
+            secret: false,
+        };
+        Cluster::start_with(n, proxied, extra, none).await
     }
 
-    async fn start_with(n: u64, proxied: bool, extra: &[&str], secret: bool) -> Cluster {
+    /// [`Cluster::start`] with the given peer credentials; the member certificates (when
+    /// `tls`) are in [`Cluster::certs`].
+    pub async fn start_with(
+        n: u64,
+        proxied: bool,
+        extra: &[&str],
+        credentials: PeerCredentials,
+    ) -> Cluster {
         let root = tempfile::Builder::new()
             .prefix("sluice-cluster-")
             .tempdir()
             .expect("temp dir");
         let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        if secret {
+        if credentials.tls {
+            let certs = root.path().join("certs");
+            make_certs(&certs);
+            for (flag, file) in [
+                ("--peer-cert", "peer.pem"),
+                ("--peer-key", "peer.key"),
+                ("--peer-ca", "peer-ca.pem"),
+            ] {
+                extra.extend([flag.into(), certs.join(file).display().to_string()]);
+            }
+        }
+        if credentials.secret {
             let path = root.path().join("cluster-secret");
             let secret: String = (0..32)
                 .map(|_| char::from(b"0123456789abcdef"[rand::random::<usize>() % 16]))
@@ -177,6 +241,11 @@ impl Cluster {
             cluster.wait_ready(id).await;
         }
         cluster
+    }
+
+    /// Where the test certificates are (made only for a cluster with peer TLS).
+    pub fn certs(&self) -> PathBuf {
+        self._root.path().join("certs")
     }
 
     fn new_node(&self, id: u64) -> Node {

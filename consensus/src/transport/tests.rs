@@ -1,5 +1,6 @@
-//! The transport with a cluster secret, over real loopback connections: peers with the secret
-//! talk; anything else that connects is closed and delivers nothing.
+//! The transport with a cluster secret, with mutual TLS, and with both, over real loopback
+//! connections: peers with the credential talk; anything else that connects is closed and
+//! delivers nothing.
 
 use super::*;
 use crate::peer_auth::{self, ClusterSecret};
@@ -29,6 +30,22 @@ fn node(
     peers: &BTreeMap<u64, String>,
     auth: Option<PeerAuth>,
 ) -> (TcpTransport, mpsc::Receiver<Inbound>, SocketAddr) {
+    secured(
+        id,
+        peers,
+        PeerSecurity {
+            secret: auth,
+            tls: None,
+        },
+    )
+}
+
+/// A transport for node `id` with `security`, listening on a free loopback port.
+fn secured(
+    id: u64,
+    peers: &BTreeMap<u64, String>,
+    security: PeerSecurity,
+) -> (TcpTransport, mpsc::Receiver<Inbound>, SocketAddr) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = mpsc::channel(64);
@@ -38,7 +55,7 @@ fn node(
         peers,
         tx,
         MAX_FRAME,
-        auth,
+        security,
         tokio::runtime::Handle::current(),
     )
     .unwrap();
@@ -212,4 +229,135 @@ async fn a_sealed_frame_reader_refuses_a_huge_length_without_allocating() {
         "{}",
         buf.capacity()
     );
+}
+
+/// Certificates made by `tests/fixtures/tls/make-certs.sh` in a temporary directory.
+struct Certs(tempfile::TempDir);
+
+impl Certs {
+    fn make() -> Certs {
+        let dir = tempfile::tempdir().unwrap();
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/tls/make-certs.sh");
+        let status = std::process::Command::new("bash")
+            .arg(script)
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "make-certs.sh");
+        Certs(dir)
+    }
+
+    /// Member `name`'s identity (`peer` or `intruder`), trusting the cluster's CA.
+    fn tls(&self, name: &str) -> PeerTls {
+        let at = |f: &str| self.0.path().join(f);
+        PeerTls::load(
+            &at(&format!("{name}.pem")),
+            &at(&format!("{name}.key")),
+            &at("peer-ca.pem"),
+        )
+        .unwrap()
+    }
+}
+
+fn tls_only(tls: &PeerTls) -> PeerSecurity {
+    PeerSecurity {
+        secret: None,
+        tls: Some(tls.clone()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_with_the_cluster_ca_exchange_frames_over_tls_with_or_without_a_secret() {
+    let certs = Certs::make();
+    let member = certs.tls("peer");
+    let both = |me| PeerSecurity {
+        secret: Some(auth(SECRET, me)),
+        tls: Some(member.clone()),
+    };
+    for (what, two, one) in [
+        ("TLS", tls_only(&member), tls_only(&member)),
+        ("TLS and a secret", both(2), both(1)),
+    ] {
+        let (_two, mut rx2, addr2) = secured(2, &BTreeMap::new(), two);
+        let peers = BTreeMap::from([(2, addr2.to_string())]);
+        let (mut one, _rx1, _) = secured(1, &peers, one);
+        for tag in 0..3 {
+            one.send(2, envelope(1, tag), false);
+        }
+        let got = received(&mut rx2, Duration::from_millis(1500)).await;
+        assert_eq!(
+            got,
+            (0..3).map(|t| envelope(1, t)).collect::<Vec<_>>(),
+            "{what}"
+        );
+        // A frame too large to coalesce goes out in three writes: the flush must send them.
+        let big = Envelope {
+            from: 1,
+            body: Some(Body::Raft(vec![7u8; 200 << 10])),
+        };
+        one.send(2, big.clone(), false);
+        let got = received(&mut rx2, Duration::from_millis(1500)).await;
+        assert_eq!(got, vec![big], "{what}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_certificate_from_the_cluster_ca_nothing_is_delivered() {
+    let certs = Certs::make();
+    let (_two, mut rx2, addr2) = secured(2, &BTreeMap::new(), tls_only(&certs.tls("peer")));
+    let peers = BTreeMap::from([(2, addr2.to_string())]);
+    // A certificate from another CA (which trusts the cluster's CA itself), and no TLS at all.
+    let (mut intruder, mut rx_intruder, _) = secured(1, &peers, tls_only(&certs.tls("intruder")));
+    let (mut open, _rx_open, _) = node(3, &peers, None);
+    for tag in 0..20 {
+        intruder.send(2, envelope(1, tag), false);
+        open.send(2, envelope(3, tag), false);
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(received(&mut rx2, Duration::from_millis(500)).await, vec![]);
+    let mut unreachable = false;
+    while let Ok(msg) = rx_intruder.try_recv() {
+        unreachable |= matches!(msg, Inbound::Unreachable(2));
+    }
+    assert!(unreachable, "the intruder's connection was not refused");
+    // Plain frames written straight at the TLS port close the connection.
+    let mut socket = TcpStream::connect(addr2).await.unwrap();
+    let frames: Vec<u8> = (0..10).flat_map(|t| frame(&envelope(1, t))).collect();
+    let _ = socket.write_all(&frames).await;
+    closed_by_listener(&mut socket).await;
+    assert_eq!(received(&mut rx2, Duration::from_millis(200)).await, vec![]);
+}
+
+/// A member that names itself node 3 in its hello is held to it, and a hello meant for
+/// another node is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_member_is_held_to_the_node_it_named() {
+    let certs = Certs::make();
+    let member = certs.tls("peer");
+    let (_two, mut rx2, addr2) = secured(2, &BTreeMap::new(), tls_only(&member));
+    let connect = |hello| {
+        let member = member.clone();
+        async move {
+            let tcp = TcpStream::connect(addr2).await.unwrap();
+            member
+                .connect(tcp, "127.0.0.1:1", Some(hello))
+                .await
+                .unwrap()
+        }
+    };
+    let mut tls = connect((3, 2)).await;
+    for env in [envelope(3, 1), envelope(1, 99), envelope(3, 2)] {
+        let _ = write_frame(&mut tls, &env.encode_to_vec(), None).await;
+    }
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut rest)).await;
+    assert_eq!(
+        received(&mut rx2, Duration::from_millis(300)).await,
+        vec![envelope(3, 1)]
+    );
+    let mut misdirected = connect((3, 4)).await;
+    let _ = write_frame(&mut misdirected, &envelope(3, 5).encode_to_vec(), None).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), misdirected.read_to_end(&mut rest)).await;
+    assert_eq!(received(&mut rx2, Duration::from_millis(300)).await, vec![]);
 }
