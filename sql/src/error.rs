@@ -59,6 +59,7 @@ pub mod sqlstate {
     pub const INVALID_ARGUMENT_FOR_LOG: &str = "2201E";
     pub const INVALID_ARGUMENT_FOR_POWER: &str = "2201F";
     pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
+    pub const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
     pub const UNDEFINED_PARAMETER: &str = "42704";
     pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
     pub const INVALID_TABLE_DEFINITION: &str = "42P16";

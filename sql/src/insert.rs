@@ -141,6 +141,18 @@ pub fn eval_expression(
     start: chrono::DateTime<chrono::Utc>,
     params: &[ScalarValue],
 ) -> Option<Result<ScalarValue>> {
+    eval_constant(state, expr, Some(target.arrow_type()), start, params)
+}
+
+/// [`eval_expression`] without a column: the value of an expression that reads no relation,
+/// cast to `cast` when given; `None` when it needs the planner.
+pub fn eval_constant(
+    state: &SessionState,
+    expr: &Expr,
+    cast: Option<arrow::datatypes::DataType>,
+    start: chrono::DateTime<chrono::Utc>,
+    params: &[ScalarValue],
+) -> Option<Result<ScalarValue>> {
     if reads_relations(expr) {
         return None;
     }
@@ -159,11 +171,12 @@ pub fn eval_expression(
         })
         .ok()?
         .data;
+    let projected = match cast {
+        Some(ty) => datafusion::logical_expr::cast(logical, ty),
+        None => logical,
+    };
     let plan = LogicalPlanBuilder::empty(true)
-        .project(vec![datafusion::logical_expr::cast(
-            logical,
-            target.arrow_type(),
-        )])
+        .project(vec![projected])
         .and_then(|b| b.build())
         .ok()?;
     let plan = state
@@ -238,6 +251,11 @@ fn reads_relations(expr: &Expr) -> bool {
     any_expr(expr, |e| {
         is_subquery(e) || matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
     })
+}
+
+/// Whether `expr` holds a subquery anywhere.
+pub fn has_subquery(expr: &Expr) -> bool {
+    any_expr(expr, is_subquery)
 }
 
 fn is_subquery(e: &Expr) -> bool {

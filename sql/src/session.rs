@@ -58,6 +58,7 @@ mod describe;
 mod dml;
 mod listen;
 mod naming;
+mod prepared;
 mod privileges;
 mod returning;
 mod transaction;
@@ -166,6 +167,8 @@ pub struct Session {
     /// The role the session acts as; `None`: a superuser outside the roles (see
     /// `privileges`).
     role: Option<String>,
+    /// Statements prepared with SQL's PREPARE, by name (see `prepared`).
+    prepared: HashMap<String, Arc<statement::Prepare>>,
 }
 
 impl Session {
@@ -212,6 +215,7 @@ impl Session {
             listeners: Default::default(),
             dispatcher: None,
             cursors: HashMap::new(),
+            prepared: HashMap::new(),
             portal_tails: HashMap::new(),
             cancel,
             _cancel_tx: cancel_tx,
@@ -440,6 +444,9 @@ impl Session {
             Parsed::ShowStreams => self.show_streams().await,
             Parsed::Reset(name) => self.reset(name.as_deref()),
             Parsed::Discard => self.discard_all(),
+            Parsed::Prepare(p) => self.prepare(p),
+            Parsed::Execute { name, args } => Box::pin(self.execute_prepared(name, args)).await,
+            Parsed::Deallocate(name) => Ok(self.deallocate(name.as_deref())),
             Parsed::NoOp(tag) => Ok(Output::Tag((*tag).into())),
             Parsed::Refused(e) => Err(e.clone()),
         }

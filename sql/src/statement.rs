@@ -102,8 +102,27 @@ pub enum Parsed {
     /// CREATE/ALTER/DROP ROLE, GRANT, REVOKE (a password still in clear until the session
     /// hashes it).
     Roles(crate::roles::RoleChange),
+    /// `PREPARE name [(types)] AS statement`.
+    Prepare(Box<Prepare>),
+    /// `EXECUTE name [(arguments)]`.
+    Execute {
+        name: String,
+        args: Vec<Expr>,
+    },
+    /// `DEALLOCATE [PREPARE] name` / `DEALLOCATE ALL` (`None`).
+    Deallocate(Option<String>),
     /// Recognized but refused; the error is raised when it executes.
     Refused(Error),
+}
+
+/// A statement prepared with SQL's `PREPARE`.
+#[derive(Debug, Clone)]
+pub struct Prepare {
+    pub name: String,
+    /// The declared parameter types, in order (possibly fewer than the statement uses).
+    pub types: Vec<sqlparser::ast::DataType>,
+    /// A query, INSERT, UPDATE or DELETE.
+    pub statement: Parsed,
 }
 
 #[derive(Debug, Clone)]
@@ -493,16 +512,30 @@ pub(crate) fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         Statement::ReleaseSavepoint { name } => Parsed::ReleaseSavepoint(normalize_ident(&name)),
         Statement::Set(set) => classify_set(set),
         Statement::ShowVariable { variable } => classify_show(&variable),
-        // Prepared statements live in the wire layer's store, where a new
-        // Parse replaces one of the same name; DEALLOCATE (psycopg sends it
-        // after schema changes) has nothing to free here.
-        Statement::Deallocate { name, .. } => {
-            Parsed::NoOp(if name.value.eq_ignore_ascii_case("all") {
-                "DEALLOCATE ALL"
-            } else {
-                "DEALLOCATE"
-            })
-        }
+        // SQL's prepared statements live in the session; the extended protocol's in the wire
+        // layer's store (where a new Parse replaces one of the same name), so DEALLOCATE of a
+        // name the session does not know (psycopg frees its protocol statements so) succeeds.
+        Statement::Deallocate { name, .. } => Parsed::Deallocate(
+            (name.quote_style.is_some() || !name.value.eq_ignore_ascii_case("all"))
+                .then(|| normalize_ident(&name)),
+        ),
+        Statement::Prepare {
+            name,
+            data_types,
+            statement,
+        } => classify_prepare(normalize_ident(&name), data_types, *statement)?,
+        Statement::Execute {
+            name: Some(name),
+            parameters,
+            immediate: false,
+            ref into,
+            ref using,
+            output: false,
+            ..
+        } if into.is_empty() && using.is_empty() => Parsed::Execute {
+            name: object_name(&name),
+            args: parameters,
+        },
         Statement::Discard { object_type } => match object_type {
             sqlparser::ast::DiscardObject::ALL => Parsed::Discard,
             // no cached plans, sequences or temporary objects to drop
@@ -706,6 +739,28 @@ fn refuse_truncate(t: &sqlparser::ast::Truncate) -> Parsed {
     Parsed::Refused(Error::unsupported(format!(
         "TRUNCATE is not supported on stream \"{name}\"; use DELETE FROM {name} WHERE offset < n to drop a prefix"
     )))
+}
+
+/// `PREPARE name [(types)] AS statement`: PostgreSQL prepares a query (SELECT, VALUES, WITH),
+/// INSERT, UPDATE or DELETE, and nothing else.
+fn classify_prepare(
+    name: String,
+    types: Vec<sqlparser::ast::DataType>,
+    statement: Statement,
+) -> Result<Parsed> {
+    if !matches!(
+        statement,
+        Statement::Query(_) | Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
+    ) {
+        return Err(Error::syntax(
+            "syntax error: PREPARE takes a SELECT, VALUES, INSERT, UPDATE or DELETE statement",
+        ));
+    }
+    Ok(Parsed::Prepare(Box::new(Prepare {
+        name,
+        types,
+        statement: classify(statement, false)?,
+    })))
 }
 
 /// Any other statement is refused, named by its first two words.

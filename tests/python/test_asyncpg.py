@@ -138,6 +138,26 @@ def test_jsonb_codec(sluice):
     assert (row["doc"], row["docb"]) == ({"a": [1, 2]}, {"b": {"c": None}})
 
 
+def test_sql_prepare_and_execute(sluice):
+    """SQL's PREPARE/EXECUTE through the extended protocol: EXECUTE is
+    described with its prepared statement's columns; an unknown name is
+    26000."""
+    async def body():
+        conn = await asyncpg.connect(**connect_kwargs(sluice))
+        try:
+            await conn.execute("PREPARE plus (int, text) AS SELECT $1 + 1 AS x, $2 AS y")
+            rows = await conn.fetch("EXECUTE plus(41, 'hi')")
+            with pytest.raises(asyncpg.InvalidSQLStatementNameError):
+                await conn.fetch("EXECUTE missing(1)")
+            return rows
+        finally:
+            await conn.close()
+
+    rows = run(body())
+    assert [tuple(r) for r in rows] == [(42, "hi")]
+    assert list(rows[0].keys()) == ["x", "y"]
+
+
 SQLSTATE_CASES = [
     ("SELECT * FROM no_such_stream", (), asyncpg.UndefinedTableError, "42P01"),
     ("SELECT no_such_column FROM orders", (), asyncpg.UndefinedColumnError, "42703"),

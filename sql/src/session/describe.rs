@@ -62,6 +62,15 @@ impl Session {
                 params: vec![],
                 schema: self.cursor_schema(name),
             }),
+            // what the prepared statement returns; EXECUTE's own arguments are constants
+            Parsed::Execute { name, .. } => {
+                let prepared = self.prepared(name)?;
+                let described = Box::pin(self.describe(&prepared.statement)).await?;
+                Ok(Description {
+                    params: vec![],
+                    schema: described.schema,
+                })
+            }
             Parsed::ShowStreams => {
                 let stmt = statement::parse(SHOW_STREAMS)?;
                 Box::pin(self.describe(&stmt[0])).await

@@ -112,6 +112,10 @@ impl Session {
             | Parsed::ReleaseSavepoint(_)
             | Parsed::RollbackTo(_)
             | Parsed::Discard
+            // what EXECUTE runs is checked when it runs
+            | Parsed::Prepare(_)
+            | Parsed::Execute { .. }
+            | Parsed::Deallocate(_)
             | Parsed::Set { .. }
             | Parsed::Show(_)
             | Parsed::ShowStreams

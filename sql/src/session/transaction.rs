@@ -107,6 +107,8 @@ impl Session {
                     | Parsed::Show(_)
                     | Parsed::Reset(_)
                     | Parsed::NoOp(_)
+                    | Parsed::Prepare(_)
+                    | Parsed::Deallocate(_)
                     | Parsed::Savepoint(_)
             );
         }

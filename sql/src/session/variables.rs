@@ -105,12 +105,14 @@ impl Session {
         Ok(Output::Tag("RESET".into()))
     }
 
-    /// `DISCARD ALL`: cursors closed, channels unlistened, settings reset.
+    /// `DISCARD ALL`: cursors closed, channels unlistened, settings reset, prepared
+    /// statements freed.
     pub(super) fn discard_all(&mut self) -> Result<Output> {
         self.outside_block("DISCARD ALL")?;
         self.close(None)?;
         self.unlisten(None)?;
         self.reset(None)?;
+        self.deallocate(None);
         Ok(Output::Tag("DISCARD ALL".into()))
     }
 
