@@ -63,34 +63,12 @@ pub fn column_encoding(field: &Field) -> ColumnEncoding {
             };
             ColumnEncoding {
                 ty: None,
-                oid: array_of.map(array_oid).unwrap_or(oid::TEXT),
+                oid: array_of.map(|t| t.array_oid()).unwrap_or(oid::TEXT),
                 array_of,
                 typmod: -1,
                 trim_numeric: false,
             }
         }
-    }
-}
-
-/// The OID of the array type of `elem` (`text[]` is 1009, ...).
-pub fn array_oid(elem: ColumnType) -> u32 {
-    match elem {
-        ColumnType::Bool => 1000,
-        ColumnType::Int2 => 1005,
-        ColumnType::Int4 => 1007,
-        ColumnType::Int8 => 1016,
-        ColumnType::Float4 => 1021,
-        ColumnType::Float8 => 1022,
-        ColumnType::Numeric(_) => 1231,
-        ColumnType::Text => 1009,
-        ColumnType::Varchar(_) => 1015,
-        ColumnType::Bytea => 1001,
-        ColumnType::Timestamptz => 1185,
-        ColumnType::Timestamp => 1115,
-        ColumnType::Date => 1182,
-        ColumnType::Json => 199,
-        ColumnType::Jsonb => 3807,
-        ColumnType::Uuid => 2951,
     }
 }
 
@@ -378,8 +356,11 @@ pub fn pg_array_text(col: &dyn Array, r: usize) -> Option<String> {
     let f = ArrayFormatter::try_new(values.as_ref(), &FormatOptions::default()).ok()?;
     let quote_strings = matches!(
         values.data_type(),
-        arrow::datatypes::DataType::Utf8 | arrow::datatypes::DataType::LargeUtf8
+        arrow::datatypes::DataType::Utf8
+            | arrow::datatypes::DataType::LargeUtf8
+            | arrow::datatypes::DataType::Utf8View
     );
+    let booleans = values.data_type() == &arrow::datatypes::DataType::Boolean;
     let mut out = String::from("{");
     for i in 0..values.len() {
         if i > 0 {
@@ -389,7 +370,10 @@ pub fn pg_array_text(col: &dyn Array, r: usize) -> Option<String> {
             out.push_str("NULL");
             continue;
         }
-        let v = f.value(i).to_string();
+        let v = match bool_value(values.as_ref(), i) {
+            Some(b) if booleans => (if b { "t" } else { "f" }).to_string(),
+            _ => f.value(i).to_string(),
+        };
         let needs_quotes = quote_strings
             && (v.is_empty()
                 || v.eq_ignore_ascii_case("null")

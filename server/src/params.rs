@@ -1,57 +1,40 @@
 //! Bound parameters (Bind message bytes) into typed values.
 //!
 //! The type of each parameter is the one the client declared in Parse, or
-//! else the one Sluice inferred when it described the statement. Text
-//! parameters go through the same input functions as SQL literals; binary
-//! ones are decoded per type's `recv` format. A parameter of no known type
-//! is passed as text and left for the planner to coerce.
+//! else the one Sluice inferred when it described the statement: a column
+//! type or a one-dimensional array of one. Text parameters go through the
+//! same input functions as SQL literals (an array's elements through their
+//! type's); binary ones are decoded per type's `recv` format. A parameter of
+//! no known type is passed as text and left for the planner to coerce.
 
 use bytes::Bytes;
 use datafusion::scalar::ScalarValue;
 use pgwire::api::results::FieldFormat;
 use sluice_sql::error::{sqlstate, Error};
-use sluice_sql::types::{oid, ColumnType};
-
-/// The column type a parameter OID stands for, if Sluice has one.
-pub fn column_type_of_oid(o: u32) -> Option<ColumnType> {
-    Some(match o {
-        oid::BOOL => ColumnType::Bool,
-        oid::INT2 => ColumnType::Int2,
-        oid::INT4 | oid::OID => ColumnType::Int4,
-        oid::INT8 => ColumnType::Int8,
-        oid::FLOAT4 => ColumnType::Float4,
-        oid::FLOAT8 => ColumnType::Float8,
-        oid::NUMERIC => ColumnType::Numeric(None),
-        oid::TEXT | 1042 | 19 => ColumnType::Text,
-        oid::VARCHAR => ColumnType::Varchar(None),
-        oid::BYTEA => ColumnType::Bytea,
-        oid::TIMESTAMPTZ => ColumnType::Timestamptz,
-        oid::TIMESTAMP => ColumnType::Timestamp,
-        oid::DATE => ColumnType::Date,
-        oid::JSON => ColumnType::Json,
-        oid::JSONB => ColumnType::Jsonb,
-        oid::UUID => ColumnType::Uuid,
-        _ => return None,
-    })
-}
+use sluice_sql::types::{ColumnType, ParamType};
 
 /// Decode one parameter.
 pub fn decode(
     value: Option<&Bytes>,
     oid_value: u32,
-    inferred: Option<ColumnType>,
+    inferred: Option<ParamType>,
     format: FieldFormat,
 ) -> Result<ScalarValue, Error> {
+    use ParamType::Scalar;
     // a declared numeric keeps the inferred column's precision, if any
-    let ty = match (column_type_of_oid(oid_value), inferred) {
-        (Some(ColumnType::Numeric(None)), Some(t @ ColumnType::Numeric(_))) => Some(t),
-        (Some(ColumnType::Varchar(None)), Some(t @ ColumnType::Varchar(_))) => Some(t),
+    let ty = match (ParamType::of_oid(oid_value), inferred) {
+        (Some(Scalar(ColumnType::Numeric(None))), Some(t @ Scalar(ColumnType::Numeric(_)))) => {
+            Some(t)
+        }
+        (Some(Scalar(ColumnType::Varchar(None))), Some(t @ Scalar(ColumnType::Varchar(_)))) => {
+            Some(t)
+        }
         (Some(t), _) => Some(t),
         (None, t) => t,
     };
     let Some(bytes) = value else {
         return Ok(match ty {
-            Some(t) => ScalarValue::try_from(t.arrow_type()).unwrap_or(ScalarValue::Null),
+            Some(t) => t.null(),
             None => ScalarValue::Utf8(None),
         });
     };
@@ -73,5 +56,5 @@ pub fn decode(
             format!("binary parameter of unsupported type oid {oid_value}"),
         ));
     };
-    sluice_sql::binary::decode(ty, bytes)
+    ty.decode_binary(bytes)
 }

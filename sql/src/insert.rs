@@ -28,7 +28,7 @@ use sqlparser::ast::{Expr, UnaryOperator, Value, Visit, Visitor};
 
 use crate::catalog::Stream;
 use crate::error::{sqlstate, Error, Result};
-use crate::types::ColumnType;
+use crate::types::{ColumnType, ParamType};
 
 /// An INSERT's row of `values` for its `targets` columns must match them
 /// one to one (42601 otherwise).
@@ -285,9 +285,9 @@ fn any_expr(expr: &Expr, found: impl Fn(&Expr) -> bool) -> bool {
 pub fn infer_param_types(
     rows: &[&Vec<Expr>],
     targets: &[ColumnType],
-    out: &mut Vec<Option<ColumnType>>,
+    out: &mut Vec<Option<ParamType>>,
 ) {
-    fn visit(e: &Expr, ty: ColumnType, out: &mut Vec<Option<ColumnType>>) {
+    fn visit(e: &Expr, ty: ColumnType, out: &mut Vec<Option<ParamType>>) {
         match e {
             Expr::Value(v) => {
                 if let Value::Placeholder(p) = &v.value {
@@ -297,7 +297,7 @@ pub fn infer_param_types(
                                 out.resize(i, None);
                             }
                             if out[i - 1].is_none() {
-                                out[i - 1] = Some(ty);
+                                out[i - 1] = Some(ParamType::Scalar(ty));
                             }
                         }
                     }

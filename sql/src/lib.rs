@@ -16,6 +16,7 @@
 
 pub mod apply;
 pub mod arithmetic;
+pub mod arrays;
 pub mod binary;
 pub mod catalog;
 pub mod checked_fn;

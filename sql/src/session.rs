@@ -48,7 +48,6 @@ use crate::settings::{default_settings, SessionVars, SharedVars};
 use crate::statement::{self, sqlparser, CopyFormat, Parsed};
 use crate::table::TxnTables;
 use crate::tail::Tail;
-use crate::types::ColumnType;
 
 mod append;
 mod copy_from;
@@ -131,7 +130,7 @@ pub enum TxnStatus {
 /// Parameter and result description of a prepared statement.
 #[derive(Debug, Clone)]
 pub struct Description {
-    pub params: Vec<Option<ColumnType>>,
+    pub params: Vec<Option<crate::types::ParamType>>,
     /// `None` for statements that return no rows.
     pub schema: Option<SchemaRef>,
 }

@@ -19,7 +19,7 @@ use sqlparser::tokenizer::{Token, Tokenizer, Whitespace, Word};
 use crate::definition::{ColumnDef, StreamDef, StreamOptions, TableDef, OFFSET_COLUMN, TS_COLUMN};
 use crate::error::{sqlstate, Error, Result};
 use crate::table::check_name;
-use crate::types::ColumnType;
+use crate::types::{ColumnType, ParamType};
 use crate::units;
 
 pub use datafusion::sql::sqlparser;
@@ -1114,10 +1114,10 @@ fn stream_options(opts: &CreateTableOptions) -> Result<StreamOptions> {
 }
 
 /// Parameter types a statement states with casts (`$1::int`), by number.
-pub fn cast_param_types(stmt: &Statement) -> std::collections::HashMap<usize, ColumnType> {
+pub fn cast_param_types(stmt: &Statement) -> std::collections::HashMap<usize, ParamType> {
     use sqlparser::ast::{Expr, Value, Visit, Visitor};
     use std::ops::ControlFlow;
-    struct Casts(std::collections::HashMap<usize, ColumnType>);
+    struct Casts(std::collections::HashMap<usize, ParamType>);
     impl Visitor for Casts {
         type Break = ();
         fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
@@ -1127,9 +1127,9 @@ pub fn cast_param_types(stmt: &Statement) -> std::collections::HashMap<usize, Co
             {
                 if let Expr::Value(v) = &**expr {
                     if let Value::Placeholder(p) = &v.value {
-                        if let (Ok(i), Ok(t)) = (
+                        if let (Ok(i), Some(t)) = (
                             p.trim_start_matches('$').parse::<usize>(),
-                            ColumnType::parse(&data_type.to_string()),
+                            param_type(data_type),
                         ) {
                             self.0.entry(i).or_insert(t);
                         }
@@ -1142,6 +1142,28 @@ pub fn cast_param_types(stmt: &Statement) -> std::collections::HashMap<usize, Co
     let mut casts = Casts(Default::default());
     let _ = stmt.visit(&mut casts);
     casts.0
+}
+
+/// The parameter type a cast names: a column type, or a one-dimensional array of one.
+pub fn param_type(data_type: &sqlparser::ast::DataType) -> Option<ParamType> {
+    use sqlparser::ast::{ArrayElemTypeDef, DataType};
+    match data_type {
+        DataType::Array(
+            ArrayElemTypeDef::SquareBracket(elem, _)
+            | ArrayElemTypeDef::AngleBracket(elem)
+            | ArrayElemTypeDef::Parenthesis(elem),
+        ) if elem.to_string().eq_ignore_ascii_case("oid") => Some(ParamType::oid_array()),
+        DataType::Array(
+            ArrayElemTypeDef::SquareBracket(elem, _)
+            | ArrayElemTypeDef::AngleBracket(elem)
+            | ArrayElemTypeDef::Parenthesis(elem),
+        ) => ColumnType::parse(&elem.to_string())
+            .ok()
+            .map(ParamType::array),
+        other => ColumnType::parse(&other.to_string())
+            .ok()
+            .map(ParamType::Scalar),
+    }
 }
 
 #[cfg(test)]

@@ -70,6 +70,97 @@ pub enum ColumnType {
     Uuid,
 }
 
+/// The type of a statement's parameter: a column type, or a one-dimensional array of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamType {
+    Scalar(ColumnType),
+    /// An array of `elem`, announced to clients as `oid` (`elem`'s array type, or 1028 for
+    /// `oid[]`, whose elements are taken as integers, as Sluice's catalogs hold OIDs).
+    Array {
+        elem: ColumnType,
+        oid: u32,
+    },
+}
+
+/// `oid[]`: what clients' catalog queries bind (asyncpg's type introspection).
+const OID_ARRAY: u32 = 1028;
+
+impl ParamType {
+    /// An array of `elem`, as its own array type.
+    pub fn array(elem: ColumnType) -> ParamType {
+        ParamType::Array {
+            elem,
+            oid: elem.array_oid(),
+        }
+    }
+
+    /// `oid[]`.
+    pub fn oid_array() -> ParamType {
+        ParamType::Array {
+            elem: ColumnType::Int4,
+            oid: OID_ARRAY,
+        }
+    }
+
+    pub fn oid(self) -> u32 {
+        match self {
+            ParamType::Scalar(t) => t.oid(),
+            ParamType::Array { oid, .. } => oid,
+        }
+    }
+
+    /// The type an OID names, if Sluice has it.
+    pub fn of_oid(o: u32) -> Option<ParamType> {
+        if let Some(t) = ColumnType::of_oid(o) {
+            return Some(ParamType::Scalar(t));
+        }
+        if o == OID_ARRAY {
+            return Some(ParamType::oid_array());
+        }
+        ColumnType::ALL
+            .iter()
+            .find(|t| t.array_oid() == o)
+            .map(|&t| ParamType::array(t))
+    }
+
+    /// The parameter type of an Arrow field: a list is an array of its item's type.
+    pub fn of_field(field: &Field) -> Option<ParamType> {
+        match field.data_type() {
+            DataType::List(item) | DataType::LargeList(item) => {
+                ColumnType::of_field(item).map(ParamType::array)
+            }
+            _ => ColumnType::of_field(field).map(ParamType::Scalar),
+        }
+    }
+
+    /// Parse PostgreSQL text input for this type.
+    pub fn parse_text(self, s: &str) -> Result<ScalarValue> {
+        match self {
+            ParamType::Scalar(t) => t.parse_text(s),
+            ParamType::Array { elem, .. } => crate::arrays::parse_text(elem, s),
+        }
+    }
+
+    /// Decode PostgreSQL's binary form of this type.
+    pub fn decode_binary(self, b: &[u8]) -> Result<ScalarValue> {
+        match self {
+            ParamType::Scalar(t) => crate::binary::decode(t, b),
+            ParamType::Array { elem, .. } => crate::arrays::decode_binary(elem, b),
+        }
+    }
+
+    /// A null of this type.
+    pub fn null(self) -> ScalarValue {
+        let ty = match self {
+            ParamType::Scalar(t) => t.arrow_type(),
+            ParamType::Array { elem, .. } => DataType::List(std::sync::Arc::new(
+                Field::new_list_field(elem.arrow_type(), true),
+            )),
+        };
+        ScalarValue::try_from(ty).unwrap_or(ScalarValue::Null)
+    }
+}
+
 impl ColumnType {
     /// Parse a type name as written in SQL (`integer`, `varchar(20)`,
     /// `timestamp with time zone`, `numeric(12,2)`, ...).
@@ -219,6 +310,71 @@ impl ColumnType {
             ColumnType::Json => "json",
             ColumnType::Jsonb => "jsonb",
             ColumnType::Uuid => "uuid",
+        }
+    }
+
+    /// One of each type (numeric and varchar unconstrained).
+    pub const ALL: [ColumnType; 16] = [
+        ColumnType::Bool,
+        ColumnType::Int2,
+        ColumnType::Int4,
+        ColumnType::Int8,
+        ColumnType::Float4,
+        ColumnType::Float8,
+        ColumnType::Numeric(None),
+        ColumnType::Text,
+        ColumnType::Varchar(None),
+        ColumnType::Bytea,
+        ColumnType::Timestamptz,
+        ColumnType::Timestamp,
+        ColumnType::Date,
+        ColumnType::Json,
+        ColumnType::Jsonb,
+        ColumnType::Uuid,
+    ];
+
+    /// The column type a (parameter's) OID stands for, if Sluice has one.
+    pub fn of_oid(o: u32) -> Option<ColumnType> {
+        Some(match o {
+            oid::BOOL => ColumnType::Bool,
+            oid::INT2 => ColumnType::Int2,
+            oid::INT4 | oid::OID => ColumnType::Int4,
+            oid::INT8 => ColumnType::Int8,
+            oid::FLOAT4 => ColumnType::Float4,
+            oid::FLOAT8 => ColumnType::Float8,
+            oid::NUMERIC => ColumnType::Numeric(None),
+            oid::TEXT | 1042 | 19 => ColumnType::Text,
+            oid::VARCHAR => ColumnType::Varchar(None),
+            oid::BYTEA => ColumnType::Bytea,
+            oid::TIMESTAMPTZ => ColumnType::Timestamptz,
+            oid::TIMESTAMP => ColumnType::Timestamp,
+            oid::DATE => ColumnType::Date,
+            oid::JSON => ColumnType::Json,
+            oid::JSONB => ColumnType::Jsonb,
+            oid::UUID => ColumnType::Uuid,
+            _ => return None,
+        })
+    }
+
+    /// The OID of the array type of this type (`text[]` is 1009, ...).
+    pub fn array_oid(&self) -> u32 {
+        match self {
+            ColumnType::Bool => 1000,
+            ColumnType::Int2 => 1005,
+            ColumnType::Int4 => 1007,
+            ColumnType::Int8 => 1016,
+            ColumnType::Float4 => 1021,
+            ColumnType::Float8 => 1022,
+            ColumnType::Numeric(_) => 1231,
+            ColumnType::Text => 1009,
+            ColumnType::Varchar(_) => 1015,
+            ColumnType::Bytea => 1001,
+            ColumnType::Timestamptz => 1185,
+            ColumnType::Timestamp => 1115,
+            ColumnType::Date => 1182,
+            ColumnType::Json => 199,
+            ColumnType::Jsonb => 3807,
+            ColumnType::Uuid => 2951,
         }
     }
 

@@ -22,7 +22,7 @@ use datafusion::scalar::ScalarValue;
 use futures::StreamExt;
 use sluice_sql::error::sqlstate;
 use sluice_sql::statement::{parse, Parsed};
-use sluice_sql::types::ColumnType;
+use sluice_sql::types::{ColumnType, ParamType};
 use sluice_sql::{Engine, EngineConfig, Error, Output, Session, TxnStatus};
 use tempfile::TempDir;
 
@@ -1722,13 +1722,19 @@ async fn describe_a_select_with_a_parameter() {
     script(&mut s, EVENTS).await;
     let p = one_statement("SELECT offset, note FROM ev WHERE n = $1");
     let d = s.describe(&p).await.expect("describe");
-    assert_eq!(d.params, [Some(ColumnType::Int8)]);
+    assert_eq!(d.params, [Some(ParamType::Scalar(ColumnType::Int8))]);
     let schema = d.schema.expect("a query has result columns");
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(names, ["offset", "note"]);
     let p = one_statement("SELECT $1::int4 + 1 AS next, $2::text AS label");
     let d = s.describe(&p).await.expect("describe casts");
-    assert_eq!(d.params, [Some(ColumnType::Int4), Some(ColumnType::Text)]);
+    assert_eq!(
+        d.params,
+        [
+            Some(ParamType::Scalar(ColumnType::Int4)),
+            Some(ParamType::Scalar(ColumnType::Text))
+        ]
+    );
     // describing runs nothing and does not touch the block status
     assert_eq!(s.status(), TxnStatus::Idle);
     db.close().await;
@@ -1743,7 +1749,13 @@ async fn describe_inserts_and_other_statements() {
         .describe(&one_statement("INSERT INTO ev (note, n) VALUES ($1, $2)"))
         .await
         .expect("describe insert");
-    assert_eq!(d.params, [Some(ColumnType::Text), Some(ColumnType::Int8)]);
+    assert_eq!(
+        d.params,
+        [
+            Some(ParamType::Scalar(ColumnType::Text)),
+            Some(ParamType::Scalar(ColumnType::Int8))
+        ]
+    );
     assert!(d.schema.is_none());
     let d = s
         .describe(&one_statement(
@@ -1757,12 +1769,38 @@ async fn describe_inserts_and_other_statements() {
         .describe(&one_statement("UPDATE acct SET balance = $1 WHERE id = $2"))
         .await
         .expect("describe update");
-    assert_eq!(d.params, [Some(ColumnType::Int8), Some(ColumnType::Int8)]);
+    assert_eq!(
+        d.params,
+        [
+            Some(ParamType::Scalar(ColumnType::Int8)),
+            Some(ParamType::Scalar(ColumnType::Int8))
+        ]
+    );
     let e = s
         .describe(&one_statement("SELECT * FROM nowhere WHERE x = $1"))
         .await
         .expect_err("an unknown table");
     assert_eq!(e.code, sqlstate::UNDEFINED_TABLE);
+    // array parameters are described as arrays (int4[] is 1007; oid[] 1028, which asyncpg's
+    // type introspection binds), and EXECUTE as the statement it runs
+    let d = s
+        .describe(&one_statement("SELECT $1::int[], 1 = ANY($2::oid[])"))
+        .await
+        .expect("describe array parameters");
+    let oids: Vec<u32> = d.params.iter().map(|p| p.expect("typed").oid()).collect();
+    assert_eq!(oids, [1007, 1028]);
+    s.simple_query("PREPARE two AS SELECT 1 AS a, 'x' AS b")
+        .await
+        .pop()
+        .expect("a result")
+        .expect("prepare");
+    let d = s
+        .describe(&one_statement("EXECUTE two"))
+        .await
+        .expect("describe execute");
+    let schema = d.schema.expect("EXECUTE of a query has columns");
+    assert_eq!(schema.fields().len(), 2);
+    assert_eq!(schema.field(1).name(), "b");
     let e = s
         .describe(&one_statement("UPDATE ev SET n = $1"))
         .await

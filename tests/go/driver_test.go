@@ -1278,3 +1278,35 @@ func TestDriverCopyFrom(t *testing.T) {
 	compareTyped(t, "after CopyFrom, binary results", readTyped(t, ctx, conn, stream, pgx.QueryExecModeCacheStatement), cases, 0)
 	compareTyped(t, "after CopyFrom, text results", readTyped(t, ctx, conn, stream, pgx.QueryExecModeSimpleProtocol), cases, 0)
 }
+
+// Go slices go in as arrays: pgx sends them in binary after describing the
+// parameter as int8[] / text[] (issue 22: arrays as parameters).
+func TestDriverArrayParameters(t *testing.T) {
+	ctx := driverContext(t)
+	url := driverServer(t)
+	conn := connect(t, ctx, url)
+	var ints []int64
+	if err := conn.QueryRow(ctx, "SELECT $1::bigint[]", []int64{1, 2, 7}).Scan(&ints); err != nil {
+		t.Fatalf("SELECT $1::bigint[]: %v", err)
+	}
+	if len(ints) != 3 || ints[0] != 1 || ints[2] != 7 {
+		t.Fatalf("bigint[] round trip = %v", ints)
+	}
+	if _, err := conn.Exec(ctx, "CREATE STREAM go_tagged (id int, tag text)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "INSERT INTO go_tagged VALUES (1, 'a'), (2, 'b c'), (3, 'd')"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, "SELECT id FROM go_tagged WHERE tag = ANY($1::text[]) ORDER BY id", []string{"b c", "d"})
+	if err != nil {
+		t.Fatalf("= ANY($1::text[]): %v", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		t.Fatalf("collect: %v", err)
+	}
+	if len(ids) != 2 || ids[0] != 2 || ids[1] != 3 {
+		t.Fatalf("ids = %v, want [2 3]", ids)
+	}
+}

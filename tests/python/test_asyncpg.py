@@ -158,6 +158,33 @@ def test_sql_prepare_and_execute(sluice):
     assert list(rows[0].keys()) == ["x", "y"]
 
 
+def test_array_parameters(sluice):
+    """Python lists go in as arrays (asyncpg introspects the array type with
+    its own `$1::oid[]` query first, then sends binary arrays)."""
+    async def body():
+        conn = await asyncpg.connect(**connect_kwargs(sluice))
+        try:
+            await conn.execute("CREATE STREAM tagged (id int, tag text)")
+            await conn.execute("INSERT INTO tagged VALUES (1, 'a'), (2, 'b c'), (3, 'd')")
+            ints = await conn.fetchval("SELECT $1::int[]", [1, None, 7])
+            texts = await conn.fetchval("SELECT $1::text[]", ["a", "b c", None, "NULL"])
+            empty = await conn.fetchval("SELECT $1::bigint[]", [])
+            ids = await conn.fetch(
+                "SELECT id FROM tagged WHERE tag = ANY($1::text[]) ORDER BY id", ["b c", "d"])
+            stmt = await conn.prepare("SELECT $1::int[]")
+            oids = [t.oid for t in stmt.get_parameters()]
+            return ints, texts, empty, [r["id"] for r in ids], oids
+        finally:
+            await conn.close()
+
+    ints, texts, empty, ids, oids = run(body())
+    assert ints == [1, None, 7]
+    assert texts == ["a", "b c", None, "NULL"]
+    assert empty == []
+    assert ids == [2, 3]
+    assert oids == [1007]
+
+
 SQLSTATE_CASES = [
     ("SELECT * FROM no_such_stream", (), asyncpg.UndefinedTableError, "42P01"),
     ("SELECT no_such_column FROM orders", (), asyncpg.UndefinedColumnError, "42703"),

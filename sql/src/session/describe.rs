@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::insert;
 use crate::settings::canonical_setting;
 use crate::statement::{self, sqlparser, Parsed};
-use crate::types::ColumnType;
+use crate::types::{ColumnType, ParamType};
 
 impl Session {
     /// Describe a statement for the extended protocol: parameter types
@@ -127,7 +127,7 @@ fn no_rows() -> Description {
 pub(super) fn planned_param_types(
     plan: &LogicalPlan,
     stmt: &Statement,
-    params: &mut Vec<Option<ColumnType>>,
+    params: &mut Vec<Option<ParamType>>,
 ) -> Result<()> {
     for (name, field) in plan.get_parameter_fields()? {
         if let Ok(i @ 1..) = name.trim_start_matches('$').parse::<usize>() {
@@ -135,7 +135,7 @@ pub(super) fn planned_param_types(
                 params.resize(i, None);
             }
             if params[i - 1].is_none() {
-                params[i - 1] = field.as_deref().and_then(ColumnType::of_field);
+                params[i - 1] = field.as_deref().and_then(ParamType::of_field);
             }
         }
     }

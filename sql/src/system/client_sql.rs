@@ -100,6 +100,16 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
             .into_iter()
             .map(|s| match s {
                 Statement::Query(_) => QUERY_RULES.iter().fold(s, |s, r| r.rewrite(s)),
+                // a prepared query is rewritten as the query itself would be
+                Statement::Prepare {
+                    name,
+                    data_types,
+                    statement,
+                } if matches!(*statement, Statement::Query(_)) => Statement::Prepare {
+                    name,
+                    data_types,
+                    statement: Box::new(QUERY_RULES.iter().fold(*statement, |s, r| r.rewrite(s))),
+                },
                 other => other,
             })
             .collect()),

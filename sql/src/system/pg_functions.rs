@@ -528,7 +528,7 @@ fn catalog_functions(type_oids: &Arc<HashMap<String, i32>>) -> Vec<ScalarUDF> {
                     match v {
                         None => b.append_null(),
                         Some(v) => {
-                            for e in parse_array_text(&v)
+                            for e in crate::arrays::parse_text_elements(&v)
                                 .map_err(|e| DataFusionError::External(Box::new(e)))?
                             {
                                 b.values().append_option(e);
@@ -599,70 +599,6 @@ fn json_build_object(args: &[ArrayRef], rows: usize) -> DFResult<ArrayRef> {
         out.push(serde_json::Value::Object(obj).to_string());
     }
     Ok(Arc::new(StringArray::from(out)))
-}
-
-/// PostgreSQL array text (`{a,"b c",NULL}`) → its elements.
-pub(crate) fn parse_array_text(s: &str) -> crate::Result<Vec<Option<String>>> {
-    let bad = || {
-        crate::Error::new(
-            crate::error::sqlstate::INVALID_TEXT_REPRESENTATION,
-            format!("malformed array literal: \"{s}\""),
-        )
-    };
-    let inner = s
-        .trim()
-        .strip_prefix('{')
-        .and_then(|r| r.strip_suffix('}'))
-        .ok_or_else(bad)?;
-    let mut out = Vec::new();
-    if inner.trim().is_empty() {
-        return Ok(out);
-    }
-    let mut chars = inner.chars().peekable();
-    loop {
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
-        let mut elem = String::new();
-        let quoted = chars.peek() == Some(&'"');
-        if quoted {
-            chars.next();
-            loop {
-                match chars.next().ok_or_else(bad)? {
-                    '"' => break,
-                    '\\' => elem.push(chars.next().ok_or_else(bad)?),
-                    c => elem.push(c),
-                }
-            }
-            while chars.peek().is_some_and(|c| c.is_whitespace()) {
-                chars.next();
-            }
-        } else {
-            while let Some(&c) = chars.peek() {
-                if c == ',' {
-                    break;
-                }
-                chars.next();
-                if c == '\\' {
-                    elem.push(chars.next().ok_or_else(bad)?);
-                } else {
-                    elem.push(c);
-                }
-            }
-            elem = elem.trim_end().to_string();
-        }
-        out.push(if !quoted && elem.eq_ignore_ascii_case("null") {
-            None
-        } else {
-            Some(elem)
-        });
-        match chars.next() {
-            None => break,
-            Some(',') => continue,
-            Some(_) => return Err(bad()),
-        }
-    }
-    Ok(out)
 }
 
 /// `List<Struct{x: int2, n: int4}>`: `_pg_expandarray`'s rows per array.

@@ -8,6 +8,9 @@
 //!   `(...).x` / `(...).n` read as in PostgreSQL;
 //! - `CAST(f(...) AS regclass)` of a computed name → `to_regclass(f(...))`
 //!   (literal names are resolved by the crate's rewrite);
+//! - `'{1,2,7}'::int[]` (array text cast to an array type) →
+//!   `CAST(ARRAY['1', '2', '7'] AS INT[])`, each element then cast as
+//!   DataFusion casts lists;
 //! - `bool_col = 't'` and friends: an untyped string literal compared with
 //!   a boolean takes the boolean type, as PostgreSQL's unknown literals do
 //!   ([`BoolLiterals`], an analyzer rule, since it needs the types).
@@ -135,6 +138,20 @@ fn function_args(f: &datafusion::sql::sqlparser::ast::Function) -> Vec<&Expr> {
     }
 }
 
+/// `ARRAY['1', '2', NULL]` from the array text `{1,2,NULL}`; `None` when it is not one (the
+/// cast then fails as it would have).
+fn array_of_strings(text: &str) -> Option<Expr> {
+    let elements = crate::arrays::parse_text_elements(text).ok()?;
+    let items: Vec<String> = elements
+        .iter()
+        .map(|e| match e {
+            Some(e) => format!("'{}'", e.replace('\'', "''")),
+            None => "NULL".into(),
+        })
+        .collect();
+    parse_expr(&format!("ARRAY[{}]", items.join(", ")))
+}
+
 fn parse_expr(sql: &str) -> Option<Expr> {
     Parser::new(&PostgreSqlDialect {})
         .try_with_sql(sql)
@@ -169,6 +186,25 @@ impl VisitorMut for PgFunctionsVisitor {
                     }
                     _ => None,
                 }
+            }
+            // `'{1,2,7}'::int[]`: DataFusion casts no string to a list, but casts a list of
+            // strings element by element
+            Expr::Cast {
+                expr: operand,
+                data_type: SqlType::Array(_),
+                ..
+            } => {
+                let array = match &**operand {
+                    Expr::Value(v) => match &v.value {
+                        Value::SingleQuotedString(text) => array_of_strings(text),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                if let Some(array) = array {
+                    **operand = array;
+                }
+                None
             }
             // `oid::regtype::text` is the type's name
             Expr::Cast {
