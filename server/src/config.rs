@@ -71,6 +71,14 @@ pub struct ServeArgs {
     /// certificate it signed can join the Raft port)
     #[arg(long, value_name = "PATH")]
     pub peer_ca: Option<PathBuf>,
+    /// How log lines on stderr look: `text`, or `json` (one object per line). Colour codes
+    /// are written only when stderr is a terminal
+    #[arg(long, value_enum, default_value_t, env = "SLUICE_LOG_FORMAT")]
+    pub log_format: crate::logging::LogFormat,
+    /// What to log: a level (`debug`) or a filter (`info,sluice_sql=debug`); overrides
+    /// SLUICE_LOG [default: info,datafusion=warn]
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
     /// The superuser's initial password: with it every login authenticates with
     /// SCRAM-SHA-256 (the password never crosses the connection); without it, loopback
     /// clients are trusted

@@ -23,7 +23,7 @@ use sluice_server::admission::{self, Admission, Admit, REFUSALS};
 use sluice_server::auth::Auth;
 use sluice_server::config::{Config, ServeArgs};
 use sluice_server::handler::Backend;
-use sluice_server::{accept, connection, metrics, panics};
+use sluice_server::{accept, connection, logging, metrics, panics};
 
 /// mimalloc: the hot paths (one INSERT, one COPY batch) allocate and free many small
 /// buffers across tokio worker threads, where glibc malloc spends a tenth of the CPU.
@@ -48,16 +48,13 @@ enum Command {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-                .unwrap_or_else(|_| "info,datafusion=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    panics::install();
     let cli = Cli::parse();
     let Command::Serve(args) = cli.command;
+    if let Err(e) = logging::init(args.log_format, args.log_level.as_deref()) {
+        eprintln!("sluice: {e}");
+        std::process::exit(2);
+    }
+    panics::install();
     let config = match Config::resolve(args) {
         Ok(c) => c,
         Err(e) => {

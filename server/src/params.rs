@@ -11,7 +11,8 @@ use bytes::Bytes;
 use datafusion::scalar::ScalarValue;
 use pgwire::api::results::FieldFormat;
 use sluice_sql::error::{sqlstate, Error};
-use sluice_sql::types::{ColumnType, ParamType};
+use sluice_sql::param_type::ParamType;
+use sluice_sql::types::ColumnType;
 
 /// Decode one parameter.
 pub fn decode(

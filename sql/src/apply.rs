@@ -649,6 +649,20 @@ impl Database {
                 Some(op::Kind::Truncate(t)) => {
                     check_target(exists(&overlay, &t.stream), &t.stream, t.stream_id)?
                 }
+                Some(op::Kind::AlterStream(a)) => {
+                    let id = exists(&overlay, &a.name);
+                    check_target(id, &a.name, a.stream_id)?;
+                    if !a.new_name.is_empty() && a.new_name != a.name {
+                        if exists(&overlay, &a.new_name).is_some() {
+                            return Err(Error::new(
+                                sqlstate::DUPLICATE_TABLE,
+                                format!("relation \"{}\" already exists", a.new_name),
+                            ));
+                        }
+                        overlay.insert(&a.name, None);
+                        overlay.insert(&a.new_name, id);
+                    }
+                }
                 None => return Err(Error::internal("empty op in command")),
             }
         }
@@ -680,6 +694,7 @@ impl Database {
                 }
                 Some(op::Kind::Truncate(t)) => self.truncate(index, t)?,
                 Some(op::Kind::RoleChange(r)) => self.change_roles(r),
+                Some(op::Kind::AlterStream(a)) => self.alter_stream(a),
                 None => Err(Error::internal("empty op in command")),
             };
             match outcome {
@@ -744,6 +759,29 @@ impl Database {
         self.catalog.insert_table(Arc::new(Table::new(def)));
         self.owned_by(&c.name, &c.owner);
         Ok(Ok(OpOutcome::Created { existed: false }))
+    }
+
+    /// `ALTER STREAM`: the same stream — its log, tails and dedup keys — under new options
+    /// and possibly a new name (its ownership and grants follow it).
+    fn alter_stream(&mut self, a: crate::command::AlterStream) -> Result<OpOutcome, Error> {
+        let stream = match self.catalog.get(&a.name) {
+            Some(s) if s.def.id == a.stream_id => s,
+            _ => return Err(Error::undefined_table(&a.name)),
+        };
+        let mut def = stream.def.clone();
+        def.options = serde_json::from_str(&a.options_json)
+            .map_err(|e| Error::internal(format!("bad stream options: {e}")))?;
+        let renamed = !a.new_name.is_empty() && a.new_name != a.name;
+        if renamed {
+            def.name = a.new_name.clone();
+        }
+        self.catalog.replace(&a.name, Arc::new(stream.altered(def)));
+        if renamed {
+            let mut roles = (*self.catalog.roles()).clone();
+            roles.renamed(&a.name, &a.new_name);
+            self.catalog.set_roles(roles);
+        }
+        Ok(OpOutcome::Altered)
     }
 
     /// A relation just created belongs to `owner` (empty: to the superuser).

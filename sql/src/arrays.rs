@@ -1,7 +1,7 @@
 //! One-dimensional PostgreSQL arrays as input: the text form (`{1,2,NULL}`, `{"a b","c"}`)
 //! and the binary `array_recv` form, into Arrow lists. Used for array parameters (Bind) and
 //! for casts of string literals to array types (`'{1,2,7}'::int[]`, rewritten before
-//! planning into `ARRAY[...]` by [`crate::system::rewrite`]).
+//! planning into `ARRAY[...]` by `system/rewrite.rs`).
 //!
 //! Invariants: an element goes through its type's own input function (so `'{x}'::int[]` is
 //! `22P02` as `'x'::int` is); an array of more than one dimension, or whose binary header

@@ -31,8 +31,9 @@ pub struct Stream {
     pub full_schema: SchemaRef,
     /// Commit time of the last append (µs), for non-decreasing `ts`.
     last_ts: AtomicI64,
-    /// Publishes `next_offset` after every apply, for tails.
-    advanced: watch::Sender<u64>,
+    /// Publishes `next_offset` after every apply, for tails (shared by the handles an ALTER
+    /// makes, so a tail on the old one still wakes).
+    advanced: Arc<watch::Sender<u64>>,
     /// Frames read by scans (shows that range predicates prune).
     pub frames_read: AtomicU64,
     /// The Arrow IPC schema message of `user_schema`, encoded once.
@@ -49,9 +50,24 @@ impl Stream {
             def,
             log,
             last_ts: AtomicI64::new(last_ts),
-            advanced: watch::channel(next).0,
+            advanced: Arc::new(watch::channel(next).0),
             frames_read: AtomicU64::new(0),
             ipc_schema: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// This stream under `def` (new options or name; the same id and columns): one log, one
+    /// commit clock, one wake-up channel.
+    pub(crate) fn altered(&self, def: StreamDef) -> Stream {
+        Stream {
+            user_schema: self.user_schema.clone(),
+            full_schema: self.full_schema.clone(),
+            def,
+            log: self.log.clone(),
+            last_ts: AtomicI64::new(self.last_ts.load(Ordering::Acquire)),
+            advanced: self.advanced.clone(),
+            frames_read: AtomicU64::new(self.frames_read.load(Ordering::Relaxed)),
+            ipc_schema: self.ipc_schema.clone(),
         }
     }
 
@@ -150,6 +166,15 @@ impl Catalog {
         self.version.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Puts `stream` where the stream `name` was (an ALTER: the name may change).
+    pub(crate) fn replace(&self, name: &str, stream: Arc<Stream>) {
+        let mut streams = self.streams.write();
+        streams.remove(name);
+        streams.insert(stream.def.name.clone(), stream);
+        drop(streams);
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
     pub(crate) fn remove(&self, name: &str) -> Option<Arc<Stream>> {
         let removed = self.streams.write().remove(name);
         self.version.fetch_add(1, Ordering::AcqRel);
@@ -185,11 +210,24 @@ impl Catalog {
 
     /// What became of `held`, a handle taken earlier.
     pub fn current(&self, held: &Stream) -> Current {
-        match self.get(held.name()) {
-            Some(s) if s.def.id == held.def.id => Current::Stream(s),
-            _ if self.restoring() => Current::Restoring,
-            _ => Current::Gone,
+        let same = self
+            .get(held.name())
+            .filter(|s| s.def.id == held.def.id)
+            // renamed since the handle was taken
+            .or_else(|| self.by_id(held.def.id));
+        match same {
+            Some(s) => Current::Stream(s),
+            None if self.restoring() => Current::Restoring,
+            None => Current::Gone,
         }
+    }
+
+    fn by_id(&self, id: u64) -> Option<Arc<Stream>> {
+        self.streams
+            .read()
+            .values()
+            .find(|s| s.def.id == id)
+            .cloned()
     }
 
     /// The roles as of the last applied change.

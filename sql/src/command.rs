@@ -39,7 +39,7 @@ pub struct TableRead {
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Op {
-    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4, 5, 6, 7")]
+    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
     pub kind: Option<op::Kind>,
 }
 
@@ -60,6 +60,8 @@ pub mod op {
         TableWrite(super::TableWrite),
         #[prost(message, tag = "7")]
         RoleChange(super::RoleChange),
+        #[prost(message, tag = "8")]
+        AlterStream(super::AlterStream),
     }
 }
 
@@ -114,6 +116,22 @@ pub struct TableWrite {
     /// Encoded row (empty for a delete).
     #[prost(bytes = "vec", tag = "5")]
     pub row: Vec<u8>,
+}
+
+/// `ALTER STREAM`: new options and/or a new name for the stream `stream_id` (refused when
+/// `name` is no longer that stream: dropped, or dropped and created again).
+#[derive(Clone, PartialEq, Message)]
+pub struct AlterStream {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(uint64, tag = "2")]
+    pub stream_id: u64,
+    /// JSON of the stream's whole new `StreamOptions`.
+    #[prost(string, tag = "3")]
+    pub options_json: String,
+    /// Empty: the name stays.
+    #[prost(string, tag = "4")]
+    pub new_name: String,
 }
 
 /// Drops a stream or a table of that name.
@@ -188,6 +206,8 @@ pub enum OpOutcome {
     Written,
     /// Roles or privileges changed.
     RolesChanged,
+    /// A stream's options or name changed.
+    Altered,
 }
 
 /// The state machine's answer to a command: deterministic failures are

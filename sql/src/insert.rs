@@ -28,7 +28,8 @@ use sqlparser::ast::{Expr, UnaryOperator, Value, Visit, Visitor};
 
 use crate::catalog::Stream;
 use crate::error::{sqlstate, Error, Result};
-use crate::types::{ColumnType, ParamType};
+use crate::param_type::ParamType;
+use crate::types::ColumnType;
 
 /// An INSERT's row of `values` for its `targets` columns must match them
 /// one to one (42601 otherwise).

@@ -32,6 +32,7 @@ pub mod interrupt;
 pub mod ipc;
 pub mod memory;
 pub mod notify;
+pub mod param_type;
 mod pushdown;
 pub mod retention;
 pub mod roles;

@@ -338,6 +338,16 @@ impl Roles {
     }
 
     /// A relation was dropped: its owner and grants go with it.
+    /// `relation` is now called `to`: its owner and grants follow it.
+    pub(crate) fn renamed(&mut self, relation: &str, to: &str) {
+        if let Some(owner) = self.owners.remove(relation) {
+            self.owners.insert(to.to_string(), owner);
+        }
+        if let Some(grants) = self.grants.remove(relation) {
+            self.grants.insert(to.to_string(), grants);
+        }
+    }
+
     pub(crate) fn dropped(&mut self, relation: &str) {
         self.owners.remove(relation);
         self.grants.remove(relation);

@@ -130,7 +130,7 @@ pub enum TxnStatus {
 /// Parameter and result description of a prepared statement.
 #[derive(Debug, Clone)]
 pub struct Description {
-    pub params: Vec<Option<crate::types::ParamType>>,
+    pub params: Vec<Option<crate::param_type::ParamType>>,
     /// `None` for statements that return no rows.
     pub schema: Option<SchemaRef>,
 }
@@ -422,6 +422,12 @@ impl Session {
                 stream,
             } => self.drop_relations(names, *if_exists, *stream).await,
             Parsed::AlterCluster(change) => self.alter_cluster(change).await,
+            Parsed::AlterStream {
+                name,
+                if_exists,
+                stream,
+                change,
+            } => self.alter_stream(name, *if_exists, *stream, change).await,
             Parsed::Roles(change) => self.change_roles(change).await,
             Parsed::Begin { read_only } => self.begin(*read_only),
             Parsed::Commit => self.commit().await,

@@ -1,8 +1,8 @@
 //! From SQL text to classified statements.
 //!
 //! Sluice's own syntax is rewritten at the token level into something the
-//! PostgreSQL dialect of sqlparser accepts: `CREATE STREAM` / `DROP STREAM`
-//! become `CREATE TABLE` / `DROP TABLE` (remembered per statement), and the
+//! PostgreSQL dialect of sqlparser accepts: `CREATE STREAM` / `DROP STREAM` / `ALTER STREAM`
+//! become `CREATE TABLE` / `DROP TABLE` / `ALTER TABLE` (remembered per statement), and the
 //! system column `offset`, a keyword, is quoted wherever it is used as a
 //! column rather than as the `OFFSET n` clause. Each parsed statement is
 //! then classified by what will execute it: DataFusion (queries), the
@@ -18,8 +18,9 @@ use sqlparser::tokenizer::{Token, Tokenizer, Whitespace, Word};
 
 use crate::definition::{ColumnDef, StreamDef, StreamOptions, TableDef, OFFSET_COLUMN, TS_COLUMN};
 use crate::error::{sqlstate, Error, Result};
+use crate::param_type::ParamType;
 use crate::table::check_name;
-use crate::types::{ColumnType, ParamType};
+use crate::types::ColumnType;
 use crate::units;
 
 pub use datafusion::sql::sqlparser;
@@ -102,6 +103,14 @@ pub enum Parsed {
     /// CREATE/ALTER/DROP ROLE, GRANT, REVOKE (a password still in clear until the session
     /// hashes it).
     Roles(crate::roles::RoleChange),
+    /// `ALTER STREAM name SET (...)` / `RENAME TO new` (also written ALTER TABLE).
+    AlterStream {
+        name: String,
+        if_exists: bool,
+        /// Written as ALTER STREAM (the command tag says which).
+        stream: bool,
+        change: StreamChange,
+    },
     /// `PREPARE name [(types)] AS statement`.
     Prepare(Box<Prepare>),
     /// `EXECUTE name [(arguments)]`.
@@ -113,6 +122,46 @@ pub enum Parsed {
     Deallocate(Option<String>),
     /// Recognized but refused; the error is raised when it executes.
     Refused(Error),
+}
+
+/// What an `ALTER STREAM` changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamChange {
+    /// `SET (retention = ..., retention_bytes = ..., dedup_window = ...)`.
+    Set(OptionChanges),
+    RenameTo(String),
+}
+
+/// The options an `ALTER STREAM ... SET` names: `Some(Some(v))` set, `Some(None)` removed
+/// (`'none'`), `None` unchanged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OptionChanges {
+    pub retention_ms: Option<Option<u64>>,
+    pub retention_bytes: Option<Option<u64>>,
+    pub dedup_window_ms: Option<Option<u64>>,
+}
+
+impl OptionChanges {
+    /// `options` with these changes; a dedup window still needs a dedup key.
+    pub fn applied_to(&self, options: &StreamOptions) -> Result<StreamOptions> {
+        let mut o = options.clone();
+        if let Some(v) = self.retention_ms {
+            o.retention_ms = v;
+        }
+        if let Some(v) = self.retention_bytes {
+            o.retention_bytes = v;
+        }
+        if let Some(v) = self.dedup_window_ms {
+            o.dedup_window_ms = v;
+        }
+        if o.dedup_window_ms.is_some() && o.dedup_key.is_none() {
+            return Err(Error::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                "dedup_window needs a dedup_key (set when the stream is created)",
+            ));
+        }
+        Ok(o)
+    }
 }
 
 /// A statement prepared with SQL's `PREPARE`.
@@ -350,7 +399,7 @@ fn rewrite(sql: &str) -> Result<(String, Vec<bool>)> {
             Token::Word(w)
                 if w.quote_style.is_none()
                     && is_word(w, "stream")
-                    && prev_is(prev_sig, &["create", "drop"]) =>
+                    && prev_is(prev_sig, &["create", "drop", "alter"]) =>
             {
                 if let Some(last) = flags.last_mut() {
                     *last = true;
@@ -524,6 +573,7 @@ pub(crate) fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
             data_types,
             statement,
         } => classify_prepare(normalize_ident(&name), data_types, *statement)?,
+        Statement::AlterTable(at) => classify_alter(&at, is_stream)?,
         Statement::Execute {
             name: Some(name),
             parameters,
@@ -739,6 +789,84 @@ fn refuse_truncate(t: &sqlparser::ast::Truncate) -> Parsed {
     Parsed::Refused(Error::unsupported(format!(
         "TRUNCATE is not supported on stream \"{name}\"; use DELETE FROM {name} WHERE offset < n to drop a prefix"
     )))
+}
+
+/// `ALTER STREAM|TABLE [IF EXISTS] name SET (...)` or `RENAME TO new`, one change per
+/// statement; any other alteration (columns, constraints) is refused with `0A000`.
+fn classify_alter(at: &sqlparser::ast::AlterTable, is_stream: bool) -> Result<Parsed> {
+    use sqlparser::ast::{AlterTableOperation, RenameTableNameKind};
+    let name = object_name(&at.name);
+    let change = match at.operations.as_slice() {
+        [AlterTableOperation::SetOptionsParens { options }] => {
+            StreamChange::Set(option_changes(options)?)
+        }
+        [AlterTableOperation::RenameTable {
+            table_name: RenameTableNameKind::To(new) | RenameTableNameKind::As(new),
+        }] => {
+            let new = object_name(new);
+            check_name("relation", &new)?;
+            StreamChange::RenameTo(new)
+        }
+        [op] => {
+            return Ok(Parsed::Refused(Error::unsupported(format!(
+                "ALTER {} ... {op} is not supported (SET (...) and RENAME TO are)",
+                if is_stream { "STREAM" } else { "TABLE" }
+            ))))
+        }
+        _ => {
+            return Ok(Parsed::Refused(Error::unsupported(
+                "ALTER STREAM takes one change per statement",
+            )))
+        }
+    };
+    Ok(Parsed::AlterStream {
+        name,
+        if_exists: at.if_exists,
+        stream: is_stream,
+        change,
+    })
+}
+
+/// The options `ALTER STREAM ... SET (...)` may change; `'none'` removes one.
+fn option_changes(options: &[SqlOption]) -> Result<OptionChanges> {
+    let mut c = OptionChanges::default();
+    for item in options {
+        let SqlOption::KeyValue { key, value } = item else {
+            return Err(Error::syntax(format!("unrecognized stream option {item}")));
+        };
+        let text = expr_setting_value(value);
+        let none = text.eq_ignore_ascii_case("none");
+        let duration = || -> Result<Option<u64>> {
+            Ok(if none {
+                None
+            } else {
+                Some(units::parse_duration_ms(&text)?)
+            })
+        };
+        match key.value.to_lowercase().as_str() {
+            "retention" => c.retention_ms = Some(duration()?),
+            "retention_bytes" => {
+                c.retention_bytes = Some(if none {
+                    None
+                } else {
+                    Some(units::parse_bytes(&text)?)
+                })
+            }
+            "dedup_window" => c.dedup_window_ms = Some(duration()?),
+            fixed @ ("dedup_key" | "segment_bytes") => {
+                return Err(Error::unsupported(format!(
+                    "{fixed} cannot be changed after the stream is created"
+                )))
+            }
+            other => {
+                return Err(Error::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!("unrecognized stream option \"{other}\" (ALTER can set: retention, retention_bytes, dedup_window)"),
+                ))
+            }
+        }
+    }
+    Ok(c)
 }
 
 /// `PREPARE name [(types)] AS statement`: PostgreSQL prepares a query (SELECT, VALUES, WITH),

@@ -21,8 +21,9 @@ use arrow::util::display::array_value_to_string;
 use datafusion::scalar::ScalarValue;
 use futures::StreamExt;
 use sluice_sql::error::sqlstate;
+use sluice_sql::param_type::ParamType;
 use sluice_sql::statement::{parse, Parsed};
-use sluice_sql::types::{ColumnType, ParamType};
+use sluice_sql::types::ColumnType;
 use sluice_sql::{Engine, EngineConfig, Error, Output, Session, TxnStatus};
 use tempfile::TempDir;
 

@@ -287,6 +287,29 @@ async fn three_nodes_take_writes_and_serve_reads_on_every_node() {
             "node {id}"
         );
     }
+    // ALTER STREAM on a follower is forwarded and applied on every node: the new name
+    // serves the same rows (linearizable reads), with the new options.
+    exec(&f, "ALTER STREAM orders SET (retention = '30 days')").await;
+    exec(&f, "ALTER STREAM orders RENAME TO sales").await;
+    for id in 1..=3u64 {
+        let c = cluster.client(id).await;
+        exec(&c, "SET read_consistency = 'linearizable'").await;
+        let rows = c
+            .query(
+                "SELECT count(*), (SELECT retention FROM sluice_streams WHERE name = 'sales') \
+                 FROM sales",
+                &[],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("node {id} after the rename: {e:?}"));
+        let (n, retention): (i64, Option<String>) = (rows[0].get(0), rows[0].get(1));
+        assert_eq!(
+            (n, retention.as_deref()),
+            (3, Some("2592000000 ms")),
+            "node {id}"
+        );
+    }
+    exec(&f, "ALTER STREAM sales RENAME TO orders").await;
     // Prefix reads (the default) catch up on their own.
     let c = cluster.client(3).await;
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -230,3 +230,64 @@ async fn tables_survive_sigkill_from_a_checkpoint() {
 async fn tables_survive_sigterm() {
     tables_and_dedup_survive(Stop::Graceful, "7").await;
 }
+
+/// ALTER STREAM's new options and name survive a restart, from the log (a large
+/// checkpoint interval) and from a checkpoint (interval 1), and the renamed stream keeps its
+/// rows, its offsets and its dedup keys.
+async fn an_altered_stream_survives(how: Stop, checkpoint_entries: &str) {
+    let mut server = Server::start_with(&["--checkpoint-entries", checkpoint_entries]).await;
+    let client = server.client().await;
+    exec(
+        &client,
+        "CREATE STREAM orders (id text NOT NULL, v int) WITH (dedup_key = 'id', dedup_window = '1 hour')",
+    )
+    .await;
+    for i in 0..5 {
+        exec(&client, &format!("INSERT INTO orders VALUES ('o{i}', {i})")).await;
+    }
+    exec(
+        &client,
+        "ALTER STREAM orders SET (retention = '30 days', retention_bytes = '1GB')",
+    )
+    .await;
+    exec(&client, "ALTER STREAM orders RENAME TO sales").await;
+    exec(&client, "INSERT INTO sales VALUES ('o5', 5)").await;
+    drop(client);
+    stop(&mut server, how).await;
+    server.restart().await;
+    let client = server.client().await;
+    assert_eq!(streams(&client).await, vec!["sales".to_string()], "{how:?}");
+    assert_eq!(
+        text_rows(
+            &client,
+            "SELECT retention, retention_bytes FROM sluice_streams WHERE name = 'sales'"
+        )
+        .await,
+        vec![vec!["2592000000 ms".to_string(), "1073741824".into()]],
+        "{how:?}: options after restart"
+    );
+    // a resend of a key sent before the rename returns its original offset
+    assert_eq!(
+        text_rows(
+            &client,
+            "INSERT INTO sales VALUES ('o2', 2) RETURNING offset"
+        )
+        .await,
+        vec![vec!["2".to_string()]],
+        "{how:?}"
+    );
+    assert_eq!(
+        text_rows(&client, "SELECT count(*), max(offset) FROM sales").await,
+        vec![vec!["6".to_string(), "5".into()]],
+        "{how:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_altered_stream_survives_restarts_from_log_and_checkpoint() {
+    for how in [Stop::Graceful, Stop::Crash] {
+        for checkpoint_entries in ["100000", "1"] {
+            an_altered_stream_survives(how, checkpoint_entries).await;
+        }
+    }
+}

@@ -12,9 +12,10 @@ use serde::Serialize;
 
 use super::transaction::Txn;
 use super::{Output, Session};
-use crate::command::{op, CreateStream, CreateTable, DropRelation, Op};
+use crate::command::{op, AlterStream, CreateStream, CreateTable, DropRelation, Op};
 use crate::definition::{StreamDef, TableDef};
 use crate::error::{sqlstate, Error, Result};
+use crate::statement::StreamChange;
 
 impl Session {
     pub(super) async fn create_table(
@@ -63,6 +64,44 @@ impl Session {
             .collect();
         let tag = if stream { "DROP STREAM" } else { "DROP TABLE" };
         self.run_ddl(kinds, tag).await
+    }
+
+    /// `ALTER STREAM`: proposes the stream's whole new options (or name) for the stream it
+    /// is now; a table cannot be altered yet.
+    pub(super) async fn alter_stream(
+        &mut self,
+        name: &str,
+        if_exists: bool,
+        stream_keyword: bool,
+        change: &StreamChange,
+    ) -> Result<Output> {
+        let tag = if stream_keyword {
+            "ALTER STREAM"
+        } else {
+            "ALTER TABLE"
+        };
+        let Some(stream) = self.engine.catalog.get(name) else {
+            if self.table(name).is_some() {
+                return Err(Error::unsupported(format!(
+                    "ALTER TABLE is not supported on table \"{name}\" yet (only streams can be altered)"
+                )));
+            }
+            if if_exists {
+                return Ok(Output::Tag(tag.into()));
+            }
+            return Err(Error::undefined_table(name));
+        };
+        let (options, new_name) = match change {
+            StreamChange::Set(changes) => (changes.applied_to(&stream.def.options)?, String::new()),
+            StreamChange::RenameTo(to) => (stream.def.options.clone(), to.clone()),
+        };
+        let kind = op::Kind::AlterStream(AlterStream {
+            name: name.to_string(),
+            stream_id: stream.def.id,
+            options_json: definition_json(&options)?,
+            new_name,
+        });
+        self.run_ddl(vec![kind], tag).await
     }
 
     pub(super) async fn alter_cluster(

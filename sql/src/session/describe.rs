@@ -15,9 +15,10 @@ use super::variables::SHOW_STREAMS;
 use super::{dml, returning, Description, Session};
 use crate::error::Result;
 use crate::insert;
+use crate::param_type::ParamType;
 use crate::settings::canonical_setting;
 use crate::statement::{self, sqlparser, Parsed};
-use crate::types::{ColumnType, ParamType};
+use crate::types::ColumnType;
 
 impl Session {
     /// Describe a statement for the extended protocol: parameter types

@@ -89,6 +89,12 @@ impl Session {
                     Err(denied("permission denied for schema public"))
                 }
             }
+            Parsed::AlterStream { name, .. } => {
+                if self.engine.catalog.exists(name) && !roles.owns(&role, name) {
+                    return Err(denied(format!("must be owner of table {name}")));
+                }
+                Ok(())
+            }
             Parsed::DropRelation { names, .. } => {
                 for n in names {
                     if self.engine.catalog.exists(n) && !roles.owns(&role, n) {

@@ -81,6 +81,8 @@ fn write_verb(p: &Parsed) -> Option<&'static str> {
         Parsed::DropRelation { stream: true, .. } => "DROP STREAM",
         Parsed::DropRelation { .. } => "DROP TABLE",
         Parsed::AlterCluster(_) => "ALTER CLUSTER",
+        Parsed::AlterStream { stream: true, .. } => "ALTER STREAM",
+        Parsed::AlterStream { .. } => "ALTER TABLE",
         Parsed::Roles(c) => c.tag(),
         _ => return None,
     })
