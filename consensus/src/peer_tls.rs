@@ -97,6 +97,8 @@ impl PeerTls {
             .with_single_cert(chain.clone(), private.clone_key())
             .map_err(|e| config("--peer-cert/--peer-key", cert, &e))?;
         server.alpn_protocols = vec![ALPN.to_vec()];
+        // connectors only write and never resume a session: tickets would sit unread
+        server.send_tls13_tickets = 0;
 
         let server_verifier = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
             .build()

@@ -449,7 +449,7 @@ impl Session {
             Parsed::ShowStreams => self.show_streams().await,
             Parsed::Reset(name) => self.reset(name.as_deref()),
             Parsed::Discard => self.discard_all(),
-            Parsed::Prepare(p) => self.prepare(p),
+            Parsed::Prepare(p) => self.prepare(p).await,
             Parsed::Execute { name, args } => Box::pin(self.execute_prepared(name, args)).await,
             Parsed::Deallocate(name) => Ok(self.deallocate(name.as_deref())),
             Parsed::NoOp(tag) => Ok(Output::Tag((*tag).into())),

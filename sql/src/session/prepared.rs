@@ -26,8 +26,10 @@ use crate::statement::{sqlparser, Prepare};
 pub const MAX_PREPARED: usize = 1000;
 
 impl Session {
-    /// `PREPARE`: keeps the statement under its name; a name in use is `42P05`.
-    pub(super) fn prepare(&mut self, p: &Prepare) -> Result<Output> {
+    /// `PREPARE`: keeps the statement under its name; a name in use is `42P05`. The
+    /// statement is described first, so an unknown relation or column fails here, as in
+    /// PostgreSQL, not at the first EXECUTE.
+    pub(super) async fn prepare(&mut self, p: &Prepare) -> Result<Output> {
         if self.prepared.contains_key(&p.name) {
             return Err(Error::new(
                 sqlstate::DUPLICATE_PREPARED_STATEMENT,
@@ -42,6 +44,7 @@ impl Session {
                 ),
             ));
         }
+        Box::pin(self.describe(&p.statement)).await?;
         self.prepared.insert(p.name.clone(), Arc::new(p.clone()));
         Ok(Output::Tag("PREPARE".into()))
     }
