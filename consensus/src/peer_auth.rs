@@ -26,7 +26,7 @@
 //! the wire format is unchanged.
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,13 +103,15 @@ impl PeerAuth {
 /// Whether a `host:port` peer address is on loopback. A host name other than `localhost` is
 /// not, whatever it resolves to: the check must not depend on DNS.
 pub fn is_loopback_address(addr: &str) -> bool {
-    if let Ok(sock) = addr.parse::<SocketAddr>() {
-        return sock.ip().is_loopback();
-    }
-    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let host = address_host(addr);
     host.eq_ignore_ascii_case("localhost")
         || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The host of a `host:port` peer address (`[::1]:7000` → `::1`).
+pub(crate) fn address_host(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 /// An authenticated connection: who the other end is, and the keys for its frames.

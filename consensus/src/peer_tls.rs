@@ -23,7 +23,7 @@
 //! the key is read once at startup and never printed (`Debug` names only the files).
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -182,11 +182,7 @@ where
 
 /// The name a peer's certificate must carry: the IP address or host name of `addr`.
 fn server_name(addr: &str) -> std::io::Result<ServerName<'static>> {
-    if let Ok(sock) = addr.parse::<SocketAddr>() {
-        return Ok(ServerName::IpAddress(sock.ip().into()));
-    }
-    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let host = crate::peer_auth::address_host(addr);
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(ServerName::IpAddress(ip.into()));
     }
