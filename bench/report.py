@@ -18,6 +18,19 @@ derived from a run's `<stamp>.jsonl` (one JSON object per line, each with a
   "## Latest results" with the machine, links, the plots, one summary table
   against the targets, and the disk's physical limits.
 
+The `pgbench` records (one per pgbench run: script, connections, target,
+run, tps, latency_ms, failed, and `error` with a null tps when pgbench
+failed) are paired by run number, run k of Sluice with run k of
+PostgreSQL; per (script, connections) the median of those per-run ratios
+is the figure of record (see `pgbench_points`). They give a section of
+`<stamp>.md`, the summary rows of issue 25's pgbench targets (literal and
+expression at 1 connection ≥ 1x, at 64 connections ≥ 2x), and a client
+check in `<stamp>.md`: whether sluice-bench's own PostgreSQL reference (the
+`sweep` at 64 connections) is within 10% of what pgbench gets from
+PostgreSQL with the `parameter` script at 64 connections; if sluice-bench
+gets less, its client limited PostgreSQL and the reference ratios at that
+point are not valid.
+
 Nothing else is read or written. Unknown workloads are ignored, and a
 workload missing from the run shows as "not measured" rather than failing,
 so a partial run (e.g. without PostgreSQL) still gets a report.
@@ -27,6 +40,7 @@ Depends only on matplotlib.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -56,6 +70,17 @@ NINES_TICKS = ["p50", "p90", "p99", "p99.9", "p99.99", "p99.999", "p99.9999"]
 EXPECTED_SIZES = [256, 1024, 5120, 1048576]
 EXPECTED_TAILS = [1, 4, 16]
 INGEST_METHODS = ["multi-row INSERT", "COPY FROM"]
+# pgbench scripts run by bench/run.sh, in the order of the tables
+PGBENCH_SCRIPTS = ["literal", "expression", "parameter"]
+# issue 25's pgbench targets: script, connections, median Sluice ÷ PG at least, as written
+PGBENCH_TARGETS = [
+    ("literal", 1, 1.0, "≥ 1.0x"),
+    ("expression", 1, 1.0, "≥ 1.0x"),
+    ("literal", 64, 2.0, "≥ 2x"),
+    ("expression", 64, 2.0, "≥ 2x"),
+]
+# sluice-bench's PostgreSQL reference counts as valid within this fraction of pgbench's
+CLIENT_CHECK_TOLERANCE = 0.10
 
 Record = dict[str, Any]
 
@@ -68,7 +93,7 @@ class Run:
 
     KNOWN = {
         "machine", "sweep", "latency", "tail_latency", "stalled_tail",
-        "ingest", "load", "scan", "aggregate", "disk", "cat",
+        "ingest", "load", "scan", "aggregate", "disk", "cat", "pgbench",
     }
 
     def __init__(self, records: Iterable[Record]):
@@ -317,6 +342,18 @@ def results_markdown(run: Run, stamp: str, summary: str, limits: str) -> str:
             "same moments; at one connection each row waits for its own fdatasync, and this VM's fsync "
             "time drifts within minutes. The target row uses the median ratio of the pairs.",
         )
+    points = pgbench_points(run)
+    if points:
+        section(
+            "pgbench: single-row INSERT with the standard client (alternating runs)",
+            pgbench_table(points) + pgbench_notes(points) + "\n\n" + client_check(run, points),
+            "`pgbench -n -M prepared -j 2 -c <connections> -T <seconds> -f <script>`, each script one "
+            "single-row INSERT per transaction: `literal` = `VALUES ('<1000 x>')`, `expression` = "
+            "`VALUES (repeat('x', 1000))`, `parameter` = a random bigint `:n` and the literal. In PostgreSQL "
+            "the table has a `bigserial` key and a `timestamptz DEFAULT now()` column, in Sluice it is a "
+            "stream. Sluice and PostgreSQL take turns (Sluice first); the ratio is the median over runs of "
+            "Sluice's tps ÷ PostgreSQL's in the same run number, the tps columns the median of each side.",
+        )
 
     lat = run.all("latency")
     if lat:
@@ -525,6 +562,150 @@ def one_connection_table(pairs: list[tuple[float, float, float]]) -> str:
     return md_table(["run", "Sluice rows/s", f"{PG_NAME} rows/s", "Sluice ÷ PG"], rows)
 
 
+@dataclass
+class PgbenchPoint:
+    """The pgbench runs of one (script, connections) point: tps by run
+    number of each target (measured runs only), and the failed runs."""
+
+    script: str
+    connections: int
+    tps: dict[str, dict[int, float]]
+    errors: list[tuple[str, int, str]]  # (target, run, error)
+    failed: dict[tuple[str, int], int]  # (target, run) -> failed transactions reported by pgbench
+
+    @property
+    def failed_txns(self) -> int:
+        return sum(self.failed.values())
+
+    def median_tps(self, target: str) -> float | None:
+        runs = self.tps.get(target) or {}
+        return statistics.median(runs.values()) if runs else None
+
+    def ratios(self) -> list[float]:
+        """Sluice tps ÷ PostgreSQL tps of each run number measured on both sides."""
+        s, p = self.tps.get("sluice") or {}, self.tps.get("postgres") or {}
+        return [s[k] / p[k] for k in sorted(s) if p.get(k)]
+
+    def median_ratio(self) -> float | None:
+        rs = self.ratios()
+        return statistics.median(rs) if rs else None
+
+    def any_error(self, target: str) -> bool:
+        return any(t == target for t, _, _ in self.errors)
+
+
+@functools.cache  # read by the summary and by the results file: warn once
+def pgbench_points(run: Run) -> dict[tuple[str, int], PgbenchPoint]:
+    """The `pgbench` records grouped by (script, connections), in the order
+    of PGBENCH_SCRIPTS then connections. A record without a run number
+    counts as the next run of its target; a repeated run number supersedes
+    the earlier record."""
+    points: dict[tuple[str, int], PgbenchPoint] = {}
+    seen: dict[tuple[str, int, str], int] = defaultdict(int)
+    for r in run.all("pgbench"):
+        script, conns, target = r.get("script"), num(r.get("connections")), r.get("target")
+        if not isinstance(script, str) or conns is None or target not in ("sluice", "postgres"):
+            warn(f"pgbench record without script, connections or target: {r}")
+            continue
+        key = (script, int(conns))
+        point = points.setdefault(key, PgbenchPoint(script, int(conns), {"sluice": {}, "postgres": {}}, [], {}))
+        seen[key + (target,)] += 1
+        n = num(r.get("run"))
+        k = int(n) if n is not None else seen[key + (target,)]
+        tps = num(r.get("tps"))
+        point.errors = [e for e in point.errors if (e[0], e[1]) != (target, k)]
+        if tps is None:
+            point.tps[target].pop(k, None)
+            point.errors.append((target, k, str(r.get("error") or "no tps")))
+        else:
+            point.tps[target][k] = tps
+        point.failed[(target, k)] = int(num(r.get("failed")) or 0)
+
+    def order(key: tuple[str, int]) -> tuple[int, str, int]:
+        script, conns = key
+        known = script in PGBENCH_SCRIPTS
+        return (PGBENCH_SCRIPTS.index(script) if known else len(PGBENCH_SCRIPTS), script, conns)
+
+    return {k: points[k] for k in sorted(points, key=order)}
+
+
+def pgbench_table(points: dict[tuple[str, int], PgbenchPoint]) -> str:
+    rows = []
+    for p in points.values():
+        runs = str(len(p.ratios()))
+        if p.errors:
+            runs += f" ({len(p.errors)} failed)"
+        rows.append([f"`{p.script}`", fmt_int(p.connections), fmt_int(p.median_tps("sluice")),
+                     fmt_int(p.median_tps("postgres")), fmt_ratio(p.median_ratio()), runs])
+    return md_table(["script", "connections", "Sluice tps (median)", f"{PG_NAME} tps (median)",
+                     "median Sluice ÷ PG", "runs"], rows)
+
+
+def pgbench_notes(points: dict[tuple[str, int], PgbenchPoint]) -> str:
+    """Failed runs and failed transactions, if any, as text after the table."""
+    out = []
+    for p in points.values():
+        for target, k, error in p.errors:
+            error = error.replace("`", "'")
+            out.append(f"- `{p.script}`, {plural(p.connections, 'connection')}, {pretty_target(target)} "
+                       f"run {k}: pgbench failed: `{error}`")
+        if p.failed_txns:
+            out.append(f"- `{p.script}`, {plural(p.connections, 'connection')}: "
+                       f"{fmt_int(p.failed_txns)} failed transactions reported by pgbench")
+    return "\n\n" + "\n".join(out) if out else ""
+
+
+def client_check(run: Run, points: dict[tuple[str, int], PgbenchPoint]) -> str:
+    """Is sluice-bench's PostgreSQL reference at 64 connections (the sweep,
+    1 KiB rows) within CLIENT_CHECK_TOLERANCE of pgbench's (`parameter`,
+    64 connections, median)? If sluice-bench gets less out of PostgreSQL,
+    its client was the limit and the reference ratios there are not valid."""
+    head = ("**Client check** (sluice-bench's own client against pgbench, "
+            f"{PG_NAME}, single-row INSERT, 64 connections): ")
+    sweep = run.one("sweep", label="postgres", size=1024, connections=64)
+    point = points.get(("parameter", 64))
+    sb = num(sweep and sweep.get("rows_per_sec"))
+    pgb = point.median_tps("postgres") if point else None
+    if point is None or sb is None or not pgb:
+        missing = [what for what, v in (("sluice-bench's sweep", sb), ("pgbench `parameter`", pgb)) if not v]
+        return head + f"{NOT_MEASURED} (no {' and no '.join(missing)} at 64 connections)."
+    dev = sb / pgb - 1
+    figures = (f"sluice-bench's sweep {fmt_rows(sb)} vs pgbench `parameter` {fmt_int(pgb)} tps "
+               f"(median of {len(point.tps['postgres'])}): {dev * 100:+.0f}%")
+    if abs(dev) <= CLIENT_CHECK_TOLERANCE:
+        return head + figures + (f", within {fmt_pct(CLIENT_CHECK_TOLERANCE)}: sluice-bench's {PG_NAME} "
+                                 "reference at 64 connections is valid.")
+    if dev < 0:
+        return head + figures + (f", not within {fmt_pct(CLIENT_CHECK_TOLERANCE)}: the client limited "
+                                 f"{PG_NAME}, so sluice-bench's reference ratios at 64 connections (Sluice ÷ "
+                                 f"{PG_NAME} of the sweep, and the summary's \"single-row INSERT 1 KiB, 64 "
+                                 "connections\" row) are not valid.")
+    return head + figures + (f", not within {fmt_pct(CLIENT_CHECK_TOLERANCE)}, but above: sluice-bench's client "
+                             f"did not hold {PG_NAME} back; pgbench (its client on the same cores, or its "
+                             "statement) is the slower one here.")
+
+
+def rows_pgbench(run: Run) -> list[Row]:
+    points = pgbench_points(run)
+    out = []
+    for script, conns, bound, target_text in PGBENCH_TARGETS:
+        p = points.get((script, conns))
+        r = p.median_ratio() if p else None
+        out.append(Row(f"pgbench {script}, {plural(conns, 'connection')}",
+                       pgbench_tps_text(p, "sluice"), pgbench_tps_text(p, "postgres"),
+                       fmt_ratio(r), target_text, met(at_least(r, bound))))
+    return out
+
+
+def pgbench_tps_text(p: PgbenchPoint | None, target: str) -> str:
+    if p is None:
+        return NOT_MEASURED
+    tps = p.median_tps(target)
+    if tps is None:
+        return NOT_MEASURED + (" (pgbench failed)" if p.any_error(target) else "")
+    return f"{fmt_int(tps)} tps, median of {len(p.tps[target])}"
+
+
 def rows_ingest(run: Run) -> list[Row]:
     out = []
     for method in INGEST_METHODS:
@@ -655,6 +836,7 @@ def rows_stalled(run: Run) -> list[Row]:
 SUMMARY_SECTIONS: list[tuple[str, Callable[[Run], list[Row]]]] = [
     ("single-row INSERT 1 KiB, 64 connections", rows_insert_64),
     ("group commit", rows_group_commit),
+    ("pgbench", rows_pgbench),
     ("bulk ingest", rows_ingest),
     ("history scan", rows_scan),
     ("aggregate", rows_aggregate),

@@ -7,6 +7,15 @@
 # and writes bench/results/<stamp>.{jsonl,md}, two PNG plots, and a fresh
 # bench/README.md (bench/README.head.md + the results).
 #
+# Most workloads are driven by sluice-bench (bench/src); single-row INSERTs
+# are also driven by the standard client `pgbench` (-M prepared, three
+# scripts: a literal 1000-character payload, repeat('x', 1000), and a
+# random bigint parameter plus the literal), at 1/8/64/128 connections
+# (1/64 with --quick), three alternating runs per point (one with --quick;
+# Sluice, then PostgreSQL): issue 25's pgbench targets, and a check that
+# sluice-bench's own client is not what limits PostgreSQL. That section
+# needs PostgreSQL and pgbench, and is skipped without them.
+#
 #   bash bench/run.sh            # full run (≥ 1 GiB scan, 5 M-row aggregate)
 #   bash bench/run.sh --quick    # smaller points, under 5 minutes after the build
 set -euo pipefail
@@ -17,9 +26,11 @@ quick=0
 if [ $quick = 1 ]; then
   secs=2; lat_secs=4; scan_rows=262144; agg_rows=1000000; seq_bytes=$((256 << 20))
   sweep="1,4,16,64,128"; one_runs=3; one_secs=1
+  pgb_conns="1 64"; pgb_runs=1; pgb_secs=2
 else
   secs=5; lat_secs=10; scan_rows=1100000; agg_rows=5000000; seq_bytes=$((1 << 30))
   sweep="1,2,4,8,16,32,64,128"; one_runs=5; one_secs=3
+  pgb_conns="1 8 64 128"; pgb_runs=3; pgb_secs=6
 fi
 target=${CARGO_TARGET_DIR:-$root/target}
 cargo build --release -p sluice-server -p sluice-bench >&2
@@ -129,6 +140,69 @@ done
 "$bench" stalled-tail --url "host=127.0.0.1 port=$port user=sluice" --rows 100000 --connections 32 \
   --server-pid "$sluice_pid" | record
 stop_sluice
+
+echo "== pgbench: single-row INSERT with the standard client" >&2
+# pgbench_run <target> <script> <connections> <run> <conninfo>: one pgbench
+# run, appended to $json as one record; a failed run is recorded with
+# "tps": null and the first line of pgbench's stderr, and the bench goes on
+pgbench_run() {
+  local target=$1 script=$2 conns=$3 k=$4 conninfo=$5
+  local out=$work/pgbench.out err=$work/pgbench.err rc=0 tps=null lat=null failed=null error=""
+  timeout $((pgb_secs + 120)) "$pgbench" -n -M prepared -j 2 -c "$conns" -T "$pgb_secs" \
+    -f "$work/pgbench-$script.sql" "$conninfo" > "$out" 2> "$err" || rc=$?
+  if [ $rc = 0 ]; then
+    tps=$(jnum "$(awk '/^tps = .*without initial connection time/ { print $3; exit }' "$out")")
+    lat=$(jnum "$(awk '/^latency average = / { print $4; exit }' "$out")")
+    failed=$(jnum "$(awk '/^number of failed transactions: / { print $5; exit }' "$out")")
+    if [ "$tps" = null ]; then error="no tps line in pgbench's output"; fi
+  else
+    error=$(grep -m1 . "$err" || true)
+    [ -n "$error" ] || error="pgbench exited with status $rc"
+  fi
+  if [ -n "$error" ]; then
+    tps=null
+    echo "pgbench $script, -c $conns, $target run $k failed: $error" >&2
+    # as a JSON string: no control characters, \ and " escaped
+    error=",\"error\":\"$(printf '%s' "$error" | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g')\""
+  fi
+  printf '{"workload":"pgbench","script":"%s","connections":%s,"target":"%s","run":%s,"tps":%s,"latency_ms":%s,"failed":%s%s}\n' \
+    "$script" "$conns" "$target" "$k" "$tps" "$lat" "$failed" "$error" >> "$json"
+}
+# jnum <text>: the text if it is a plain decimal number, else null
+jnum() { if [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]]; then echo "$1"; else echo null; fi; }
+
+pgbench=$(command -v pgbench || true)
+[ -n "$pgbench" ] || pgbench=$pgbin/pgbench
+psql=$(command -v psql || true)
+[ -n "$psql" ] || psql=$pgbin/psql
+if [ -z "$pg" ]; then
+  echo "PostgreSQL not found: pgbench section skipped" >&2
+elif [ ! -x "$pgbench" ] || [ ! -x "$psql" ]; then
+  echo "pgbench or psql not found: pgbench section skipped" >&2
+else
+  start_sluice
+  sl="host=127.0.0.1 port=$port user=sluice dbname=sluice"
+  "$psql" "$sl" -Xqc "CREATE STREAM pgb (n bigint, payload text)" \
+    || echo "pgbench: CREATE STREAM pgb failed in Sluice; its runs will record the errors" >&2
+  "$psql" "$pg" -Xqc "CREATE TABLE pgb (id bigserial PRIMARY KEY, ts timestamptz DEFAULT now(), n bigint, payload text)" \
+    || echo "pgbench: CREATE TABLE pgb failed in PostgreSQL; its runs will record the errors" >&2
+  x1000=$(head -c 1000 /dev/zero | tr '\0' x)
+  printf "INSERT INTO pgb (payload) VALUES ('%s');\n" "$x1000" > "$work/pgbench-literal.sql"
+  printf "INSERT INTO pgb (payload) VALUES (repeat('x', 1000));\n" > "$work/pgbench-expression.sql"
+  printf '\\set n random(1, 1000000000)\nINSERT INTO pgb (n, payload) VALUES (:n, '"'%s'"');\n' "$x1000" \
+    > "$work/pgbench-parameter.sql"
+  for script in literal expression parameter; do
+    for conns in $pgb_conns; do
+      # the two systems take turns, as for the one-connection pairs above:
+      # report.py pairs run k of Sluice with run k of PostgreSQL
+      for k in $(seq 1 "$pgb_runs"); do
+        pgbench_run sluice "$script" "$conns" "$k" "$sl"
+        pgbench_run postgres "$script" "$conns" "$k" "$pg"
+      done
+    done
+  done
+  stop_sluice
+fi
 
 echo "== bulk ingest and message sizes" >&2
 start_sluice --max-row-bytes $((4 << 20))

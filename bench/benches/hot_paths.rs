@@ -122,11 +122,13 @@ fn apply(c: &mut Criterion) {
                 name: "customer".into(),
                 ty: ColumnType::Int8,
                 not_null: true,
+                default: None,
             },
             ColumnDef {
                 name: "payload".into(),
                 ty: ColumnType::Text,
                 not_null: true,
+                default: None,
             },
         ],
         options: StreamOptions::default(),

@@ -124,6 +124,11 @@ pub struct ServeArgs {
     /// Every session's statement_timeout until it sets its own, e.g. `30s`; 0 is off [default: 0]
     #[arg(long, value_name = "DURATION")]
     pub statement_timeout: Option<String>,
+    /// Log every statement that runs at least this long, with its duration, as
+    /// PostgreSQL's log_min_duration_statement: e.g. `250ms`; 0 logs all, -1 none
+    /// [default: -1]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub log_min_duration_statement: Option<String>,
     /// Segment file size at which a stream rolls over [default: 67108864]
     #[arg(long)]
     pub segment_bytes: Option<u64>,
@@ -165,6 +170,7 @@ struct FileConfig {
     max_statement_memory: Option<String>,
     max_query_memory: Option<String>,
     statement_timeout: Option<String>,
+    log_min_duration_statement: Option<String>,
     segment_bytes: Option<u64>,
     checkpoint_entries: Option<u64>,
     /// File only: see [`crate::rules`].
@@ -255,6 +261,8 @@ pub struct Config {
     pub max_statement_memory: usize,
     pub max_query_memory: usize,
     pub statement_timeout: Option<Duration>,
+    /// Statements taking at least this long are logged; `None`: none.
+    pub log_min_duration: Option<Duration>,
     pub segment_bytes: u64,
     pub checkpoint_entries: u64,
     pub fsync_delay: Option<Duration>,
@@ -400,10 +408,19 @@ impl Config {
                 .map_err(|e| format!("--statement-timeout {text}: {}", e.message))?,
             None => None,
         };
+        let log_min_duration = match args
+            .log_min_duration_statement
+            .or(file.log_min_duration_statement)
+        {
+            Some(text) => sluice_sql::settings::parse_log_min_duration(&text)
+                .map_err(|e| format!("--log-min-duration-statement {text}: {}", e.message))?,
+            None => None,
+        };
         Ok(Config {
             max_statement_memory,
             max_query_memory,
             statement_timeout,
+            log_min_duration,
             node_id,
             peers,
             join,

@@ -861,6 +861,7 @@ impl Backend {
             return Err(PgWireError::NotReadyForQuery);
         }
         client.set_state(PgWireConnectionState::QueryInProgress);
+        let started = std::time::Instant::now();
         let session = session_of(client)?;
         let parsed = session.lock().await.parse_query(&query.query).await;
         let mut copy_in = false;
@@ -923,7 +924,11 @@ impl Backend {
             client.set_state(PgWireConnectionState::CopyInProgress(false));
             return Ok(());
         }
-        let status = wire_status(session.lock().await.status());
+        let (status, threshold) = {
+            let s = session.lock().await;
+            (wire_status(s.status()), s.log_min_duration())
+        };
+        crate::logging::statement_duration(threshold, started.elapsed(), &query.query);
         client.set_state(PgWireConnectionState::ReadyForQuery);
         client.set_transaction_status(status);
         send_ready_for_query(client, status).await
@@ -983,6 +988,35 @@ impl Backend {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        let started = std::time::Instant::now();
+        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+        let text = match client.portal_store().get_portal(name) {
+            Some(pgwire::api::store::Entry::Value(p)) => {
+                Some(p.statement.statement.log_text.clone())
+            }
+            _ => None,
+        };
+        let r = self.execute_message(client, message, raw).await;
+        if let (Some(text), Ok(session)) = (text, session_of(client)) {
+            let threshold = session.lock().await.log_min_duration();
+            crate::logging::statement_duration(threshold, started.elapsed(), &text);
+        }
+        r
+    }
+
+    /// [`Backend::execute`], untimed.
+    async fn execute_message<C>(
+        &self,
+        client: &mut C,
+        message: Execute,
+        raw: Option<RawAccess<C>>,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
         let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
         let portal = match client.portal_store().get_portal(name) {
             Some(pgwire::api::store::Entry::Value(p)) => p,
@@ -1029,6 +1063,7 @@ impl Backend {
         let Some((schema, batches, more)) = fetched.map_err(user_error)? else {
             return self._on_execute(client, message).await;
         };
+        same_shape(&portal.statement.statement, &schema)?;
         let fields: Vec<FieldInfo> =
             field_infos(&schema, |i| portal.result_column_format.format_for(i));
         let encoder = RowEncoder::new(&fields, &schema, ctx);
@@ -1092,6 +1127,9 @@ impl Backend {
         };
         drop(s);
         let out = out.map_err(user_error)?;
+        if let Output::Rows { schema, .. } = &out {
+            same_shape(&portal.statement.statement, schema)?;
+        }
         let format = &portal.result_column_format;
         match out {
             Output::Rows {
@@ -1183,6 +1221,18 @@ impl SimpleQueryHandler for Backend {
     }
 }
 
+/// Rows whose columns are not the ones Describe announced (an ALTER added a column under a
+/// prepared `SELECT *`) would not match the client's RowDescription: PostgreSQL's `0A000`
+/// "cached plan must not change result type" instead, on which drivers prepare again.
+fn same_shape(prepared: &Prepared, schema: &arrow::datatypes::SchemaRef) -> PgWireResult<()> {
+    match &prepared.desc.schema {
+        Some(described) if described.fields().len() != schema.fields().len() => Err(user_error(
+            sluice_sql::Error::unsupported("cached plan must not change result type"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// A parsed and described statement of the extended protocol.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -1190,6 +1240,8 @@ pub struct Prepared {
     desc: Description,
     /// Its text is long enough to plan off the connection thread ([`off_the_connection_thread`]).
     long: bool,
+    /// Its text as a slow statement's log line shows it ([`crate::logging::shortened`]).
+    log_text: Arc<str>,
 }
 
 /// Runs the work for a statement of `len` bytes. A long one (over
@@ -1249,6 +1301,7 @@ impl QueryParser for SluiceParser {
                 parsed,
                 desc,
                 long: sql.len() > statement::PARSE_INLINE_BYTES,
+                log_text: crate::logging::shortened(sql).into(),
             })))
         }
         .await;
@@ -1500,7 +1553,12 @@ impl ExtendedQueryHandler for Backend {
         };
         drop(s);
         match out {
-            Ok(out) => Ok(to_response(client, out, &portal.result_column_format, ctx)),
+            Ok(out) => {
+                if let Output::Rows { schema, .. } = &out {
+                    same_shape(prepared, schema)?;
+                }
+                Ok(to_response(client, out, &portal.result_column_format, ctx))
+            }
             Err(e) => Err(user_error(e)),
         }
     }

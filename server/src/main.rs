@@ -149,6 +149,7 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
         max_query_memory: config.max_query_memory,
         max_spill_bytes: 2 * config.max_statement_memory as u64,
         statement_timeout: config.statement_timeout,
+        log_min_duration: config.log_min_duration,
         ..Limits::default()
     };
     // the TLS files are read before anything is opened, so a bad one stops the start at once

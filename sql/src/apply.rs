@@ -652,6 +652,9 @@ impl Database {
                 Some(op::Kind::AlterStream(a)) => {
                     let id = exists(&overlay, &a.name);
                     check_target(id, &a.name, a.stream_id)?;
+                    if let Some(stream) = self.catalog.get(&a.name) {
+                        crate::alter::new_definition(&stream, a)?;
+                    }
                     if !a.new_name.is_empty() && a.new_name != a.name {
                         if exists(&overlay, &a.new_name).is_some() {
                             return Err(Error::new(
@@ -768,13 +771,8 @@ impl Database {
             Some(s) if s.def.id == a.stream_id => s,
             _ => return Err(Error::undefined_table(&a.name)),
         };
-        let mut def = stream.def.clone();
-        def.options = serde_json::from_str(&a.options_json)
-            .map_err(|e| Error::internal(format!("bad stream options: {e}")))?;
+        let def = crate::alter::new_definition(&stream, &a)?;
         let renamed = !a.new_name.is_empty() && a.new_name != a.name;
-        if renamed {
-            def.name = a.new_name.clone();
-        }
         self.catalog.replace(&a.name, Arc::new(stream.altered(def)));
         if renamed {
             let mut roles = (*self.catalog.roles()).clone();
@@ -1109,11 +1107,13 @@ mod tests {
                     name: "k".into(),
                     ty: crate::types::ColumnType::Int8,
                     not_null: true,
+                    default: None,
                 },
                 crate::definition::ColumnDef {
                     name: "v".into(),
                     ty: crate::types::ColumnType::Int8,
                     not_null: false,
+                    default: None,
                 },
             ],
             primary_key: vec![0],

@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
+use datafusion::scalar::ScalarValue;
 use parking_lot::RwLock;
 use sluice_storage::StreamLog;
 use tokio::sync::watch;
@@ -38,6 +40,8 @@ pub struct Stream {
     pub frames_read: AtomicU64,
     /// The Arrow IPC schema message of `user_schema`, encoded once.
     ipc_schema: std::sync::OnceLock<Vec<u8>>,
+    /// Each user column's default (`None`: NULL), read from `def`.
+    defaults: Vec<Option<ScalarValue>>,
 }
 
 impl Stream {
@@ -47,6 +51,7 @@ impl Stream {
         Stream {
             user_schema: def.user_schema(),
             full_schema: def.full_schema(),
+            defaults: column_defaults(&def),
             def,
             log,
             last_ts: AtomicI64::new(last_ts),
@@ -56,19 +61,64 @@ impl Stream {
         }
     }
 
-    /// This stream under `def` (new options or name; the same id and columns): one log, one
-    /// commit clock, one wake-up channel.
+    /// This stream under `def` (new options, name or columns; the same id): one log, one
+    /// commit clock, one wake-up channel. New columns mean new schemas (and a new IPC schema
+    /// message: an append encoded with the old one must never carry a wider batch).
     pub(crate) fn altered(&self, def: StreamDef) -> Stream {
+        let same_columns = def.columns == self.def.columns;
         Stream {
-            user_schema: self.user_schema.clone(),
-            full_schema: self.full_schema.clone(),
+            user_schema: if same_columns {
+                self.user_schema.clone()
+            } else {
+                def.user_schema()
+            },
+            full_schema: if same_columns {
+                self.full_schema.clone()
+            } else {
+                def.full_schema()
+            },
+            ipc_schema: if same_columns {
+                self.ipc_schema.clone()
+            } else {
+                std::sync::OnceLock::new()
+            },
+            defaults: column_defaults(&def),
             def,
             log: self.log.clone(),
             last_ts: AtomicI64::new(self.last_ts.load(Ordering::Acquire)),
             advanced: self.advanced.clone(),
             frames_read: AtomicU64::new(self.frames_read.load(Ordering::Relaxed)),
-            ipc_schema: self.ipc_schema.clone(),
         }
+    }
+
+    /// `n` rows of user column `i` for rows that did not give it: its default, or NULL.
+    pub fn missing_column(&self, i: usize, n: usize) -> Result<ArrayRef> {
+        let ty = self.user_schema.field(i).data_type();
+        match self.defaults.get(i).cloned().flatten() {
+            Some(v) => {
+                let a = v.to_array_of_size(n)?;
+                Ok(if a.data_type() == ty {
+                    a
+                } else {
+                    arrow::compute::cast(&a, ty)?
+                })
+            }
+            None => Ok(arrow::array::new_null_array(ty, n)),
+        }
+    }
+
+    /// A batch decoded from a frame as the stream's user columns now: columns added since
+    /// it was written read their default (or NULL); a frame written after a handle was
+    /// taken may hold columns the handle does not know, which are left out. Columns are
+    /// matched by position (added columns go last; a rename keeps the position).
+    pub fn user_columns(&self, user: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        let want = self.def.columns.len();
+        let have = user.num_columns();
+        let mut cols: Vec<ArrayRef> = user.columns().iter().take(want).cloned().collect();
+        for i in have..want {
+            cols.push(self.missing_column(i, user.num_rows())?);
+        }
+        Ok(cols)
     }
 
     /// The IPC schema message that opens an append's batch of `user_schema`
@@ -100,6 +150,15 @@ impl Stream {
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.advanced.subscribe()
     }
+}
+
+/// The user columns' defaults of `def`; one that does not read (it was checked when the
+/// column was added) is NULL.
+fn column_defaults(def: &StreamDef) -> Vec<Option<ScalarValue>> {
+    def.columns
+        .iter()
+        .map(|c| c.default.as_deref().and_then(|t| c.ty.parse_text(t).ok()))
+        .collect()
 }
 
 /// All streams and tables by name (one namespace).

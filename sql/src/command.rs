@@ -118,8 +118,9 @@ pub struct TableWrite {
     pub row: Vec<u8>,
 }
 
-/// `ALTER STREAM`: new options and/or a new name for the stream `stream_id` (refused when
-/// `name` is no longer that stream: dropped, or dropped and created again).
+/// `ALTER STREAM`: new options, a new name, an added or a renamed column for the stream
+/// `stream_id` (refused when `name` is no longer that stream: dropped, or dropped and created
+/// again). An empty `options_json` leaves the options as they are (see [`crate::alter`]).
 #[derive(Clone, PartialEq, Message)]
 pub struct AlterStream {
     #[prost(string, tag = "1")]
@@ -132,6 +133,18 @@ pub struct AlterStream {
     /// Empty: the name stays.
     #[prost(string, tag = "4")]
     pub new_name: String,
+    /// JSON of a `ColumnDef` to add at the end (its default already checked text); empty:
+    /// none.
+    #[prost(string, tag = "5")]
+    pub add_column_json: String,
+    /// With `add_column_json`: a column of that name already there is no error.
+    #[prost(bool, tag = "6")]
+    pub if_not_exists: bool,
+    /// A column to rename to `rename_column_to`; empty: none.
+    #[prost(string, tag = "7")]
+    pub rename_column: String,
+    #[prost(string, tag = "8")]
+    pub rename_column_to: String,
 }
 
 /// Drops a stream or a table of that name.

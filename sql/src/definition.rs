@@ -27,6 +27,11 @@ pub struct ColumnDef {
     pub name: String,
     pub ty: ColumnType,
     pub not_null: bool,
+    /// A stream column's constant default, as text its type's input reads
+    /// (`ALTER STREAM ... ADD COLUMN ... DEFAULT`): what rows written before
+    /// the column existed, and INSERTs that omit it, read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
 }
 
 /// `WITH (...)` options of a stream.
@@ -120,6 +125,7 @@ impl TableDef {
             name: name.into(),
             ty,
             not_null: true,
+            default: None,
         };
         TableDef {
             id: CONSUMER_OFFSETS_ID,

@@ -51,6 +51,20 @@ pub struct Limits {
     pub max_spill_bytes: u64,
     /// Every session's `statement_timeout` until it sets its own; `None` is off.
     pub statement_timeout: Option<std::time::Duration>,
+    /// Every session's `log_min_duration_statement` (a superuser may set
+    /// another); `None` logs no statement.
+    pub log_min_duration: Option<std::time::Duration>,
+}
+
+impl Limits {
+    /// The limits that are also every session's first settings.
+    pub fn setting_defaults(&self) -> crate::settings::SettingDefaults {
+        crate::settings::SettingDefaults {
+            max_statement_memory: self.max_statement_memory,
+            statement_timeout: self.statement_timeout,
+            log_min_duration: self.log_min_duration,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -64,6 +78,7 @@ impl Default for Limits {
             max_query_memory: crate::memory::default_query_memory(),
             max_spill_bytes: 2 * memory as u64,
             statement_timeout: None,
+            log_min_duration: None,
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod sqlstate {
     pub const UNDEFINED_COLUMN: &str = "42703";
     pub const DUPLICATE_TABLE: &str = "42P07";
     pub const DUPLICATE_COLUMN: &str = "42701";
+    pub const TOO_MANY_COLUMNS: &str = "54011";
     pub const UNDEFINED_OBJECT: &str = "42704";
     pub const UNDEFINED_FUNCTION: &str = "42883";
     pub const INVALID_SCHEMA_NAME: &str = "3F000";

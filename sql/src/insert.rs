@@ -115,16 +115,20 @@ fn number(n: &str, target: ColumnType) -> Result<ScalarValue> {
 }
 
 fn param(p: &str, params: &[ScalarValue]) -> Result<ScalarValue> {
-    let idx: usize = p
-        .trim_start_matches('$')
-        .parse()
-        .map_err(|_| Error::syntax(format!("invalid parameter {p}")))?;
-    params.get(idx.wrapping_sub(1)).cloned().ok_or_else(|| {
+    let n = param_number(p)?;
+    params.get(n.wrapping_sub(1)).cloned().ok_or_else(|| {
         Error::new(
             sqlstate::PROTOCOL_VIOLATION,
-            format!("there is no parameter ${idx}"),
+            format!("there is no parameter ${n}"),
         )
     })
+}
+
+/// The `n` of a placeholder `$n`.
+pub(crate) fn param_number(p: &str) -> Result<usize> {
+    p.trim_start_matches('$')
+        .parse()
+        .map_err(|_| Error::syntax(format!("invalid parameter {p}")))
 }
 
 /// Evaluates a VALUES expression that reads no relation, per row as PostgreSQL does (so a
@@ -176,18 +180,7 @@ pub fn eval_constant(
         Some(ty) => datafusion::logical_expr::cast(logical, ty),
         None => logical,
     };
-    let plan = LogicalPlanBuilder::empty(true)
-        .project(vec![projected])
-        .and_then(|b| b.build())
-        .ok()?;
-    let plan = state
-        .analyzer()
-        .execute_and_check(plan, state.config_options(), |_, _| {})
-        .ok()?;
-    let LogicalPlan::Projection(projection) = plan else {
-        return None;
-    };
-    let analyzed = projection.expr.into_iter().next()?;
+    let analyzed = analyze(state, projected, &schema)?;
     let context = SimplifyContext::builder()
         .with_schema(Arc::new(schema.clone()))
         .with_config_options(Arc::clone(state.config_options()))
@@ -209,6 +202,32 @@ pub fn eval_constant(
         Ok(ColumnarValue::Array(a)) => ScalarValue::try_from_array(&a, 0).map_err(Into::into),
         Err(e) => Err(e.into()),
     })
+}
+
+/// `expr` after the session's analyzer rules (type coercion, [`crate::arithmetic`]'s checked
+/// operations), as a projection over one row of `schema`'s columns; `None` if it does not
+/// analyze (the planned path then reports why).
+pub(crate) fn analyze(
+    state: &SessionState,
+    expr: datafusion::logical_expr::Expr,
+    schema: &DFSchema,
+) -> Option<datafusion::logical_expr::Expr> {
+    let relation = LogicalPlan::EmptyRelation(datafusion::logical_expr::EmptyRelation {
+        produce_one_row: true,
+        schema: Arc::new(schema.clone()),
+    });
+    let plan = LogicalPlanBuilder::from(relation)
+        .project(vec![expr])
+        .and_then(|b| b.build())
+        .ok()?;
+    let plan = state
+        .analyzer()
+        .execute_and_check(plan, state.config_options(), |_, _| {})
+        .ok()?;
+    let LogicalPlan::Projection(projection) = plan else {
+        return None;
+    };
+    projection.expr.into_iter().next()
 }
 
 /// VALUES rows with a subquery in them, as `SELECT row UNION ALL SELECT row ...`: DataFusion
@@ -248,7 +267,7 @@ pub fn values_with_subqueries_as_selects(query: &mut sqlparser::ast::Query) -> R
 }
 
 /// Whether a VALUES expression reads a relation: a subquery, or a name (a column).
-fn reads_relations(expr: &Expr) -> bool {
+pub(crate) fn reads_relations(expr: &Expr) -> bool {
     any_expr(expr, |e| {
         is_subquery(e) || matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
     })
@@ -322,7 +341,7 @@ pub fn infer_param_types(
 }
 
 /// Build a batch of the stream's user columns from rows of values, one
-/// value per target column; columns not targeted are NULL.
+/// value per target column; columns not targeted take their default (or NULL).
 pub fn build_batch(
     stream: &Stream,
     targets: &[usize],
@@ -358,7 +377,7 @@ pub fn build_batch(
                     ScalarValue::iter_to_array(values)?
                 }
             }
-            None => new_null_array(field.data_type(), n),
+            None => stream.missing_column(i, n)?,
         };
         arrays.push(array);
     }

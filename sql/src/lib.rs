@@ -14,6 +14,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod alter;
 pub mod apply;
 pub mod arithmetic;
 pub mod arrays;
@@ -21,6 +22,7 @@ pub mod binary;
 pub mod catalog;
 pub mod checked_fn;
 pub mod command;
+mod compiled_values;
 pub mod complexity;
 pub mod copy;
 pub mod definition;

@@ -3,8 +3,9 @@
 //! `transaction` (BEGIN, COMMIT, ROLLBACK, savepoints, read-only mode),
 //! `append` and `copy_from` (writes to streams), `dml` and `returning`
 //! (writes to tables, RETURNING), `ddl`, `cursor` (COPY TO, cursors,
-//! tails), `listen` (LISTEN/NOTIFY), `variables` (SET, SHOW, RESET) and
-//! `describe` (the extended protocol's Describe).
+//! tails), `listen` (LISTEN/NOTIFY), `variables` (SET, SHOW, RESET),
+//! `query` (planning and starting a query) and `describe` (the extended
+//! protocol's Describe).
 //!
 //! Outside a block every write statement is one proposed command. Inside
 //! `BEGIN ... COMMIT` appends are buffered (bounded by the command size
@@ -28,24 +29,22 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::execution::context::SessionContext;
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::scalar::ScalarValue;
-use datafusion::sql::parser::Statement as DFStatement;
-use sqlparser::ast::Statement;
 use tokio::sync::{mpsc, watch};
 
 use crate::catalog::Stream;
 use crate::command::{Op, OpOutcome};
+use crate::compiled_values::ValuesCache;
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
 use crate::interrupt::{CancelWatch, Interrupt};
 use crate::memory::StatementMemory;
 use crate::notify::{self, Notification};
 use crate::settings::{default_settings, SessionVars, SharedVars};
-use crate::statement::{self, sqlparser, CopyFormat, Parsed};
+use crate::statement::{self, CopyFormat, Parsed};
 use crate::table::TxnTables;
 use crate::tail::Tail;
 
@@ -59,6 +58,7 @@ mod listen;
 mod naming;
 mod prepared;
 mod privileges;
+mod query;
 mod returning;
 mod transaction;
 mod udfs;
@@ -66,7 +66,6 @@ mod variables;
 
 use append::insert_target;
 use cursor::CursorEntry;
-use naming::{pg_column_names, with_unique_names};
 use transaction::Txn;
 use udfs::{pg_notify_udf, session_udfs, NotifyState};
 
@@ -168,6 +167,8 @@ pub struct Session {
     role: Option<String>,
     /// Statements prepared with SQL's PREPARE, by name (see `prepared`).
     prepared: HashMap<String, Arc<statement::Prepare>>,
+    /// INSERT's VALUES expressions, compiled once (emptied when a setting changes).
+    values: ValuesCache,
 }
 
 impl Session {
@@ -175,10 +176,7 @@ impl Session {
         let vars = Arc::new(parking_lot::RwLock::new(SessionVars {
             user: "sluice".into(),
             database: "sluice".into(),
-            settings: default_settings(
-                engine.limits.max_statement_memory,
-                engine.limits.statement_timeout,
-            ),
+            settings: default_settings(engine.limits.setting_defaults()),
             ..SessionVars::default()
         }));
         let tables = Arc::new(TxnTables::default());
@@ -222,6 +220,7 @@ impl Session {
             memory,
             committing: Arc::new(AtomicBool::new(false)),
             role: None,
+            values: ValuesCache::default(),
         })
     }
 
@@ -410,24 +409,11 @@ impl Session {
             }
             Parsed::Delete(d) => Box::pin(self.truncate_prefix(d)).await,
             Parsed::CopyFrom(c) => self.copy_from(c).await,
-            Parsed::CreateTable { def, if_not_exists } => {
-                self.create_table(def, *if_not_exists).await
-            }
-            Parsed::CreateStream { def, if_not_exists } => {
-                self.create_stream(def, *if_not_exists).await
-            }
-            Parsed::DropRelation {
-                names,
-                if_exists,
-                stream,
-            } => self.drop_relations(names, *if_exists, *stream).await,
-            Parsed::AlterCluster(change) => self.alter_cluster(change).await,
-            Parsed::AlterStream {
-                name,
-                if_exists,
-                stream,
-                change,
-            } => self.alter_stream(name, *if_exists, *stream, change).await,
+            Parsed::CreateTable { .. }
+            | Parsed::CreateStream { .. }
+            | Parsed::DropRelation { .. }
+            | Parsed::AlterCluster(_)
+            | Parsed::AlterStream { .. } => self.ddl(p).await,
             Parsed::Roles(change) => self.change_roles(change).await,
             Parsed::Begin { read_only } => self.begin(*read_only),
             Parsed::Commit => self.commit().await,
@@ -468,86 +454,6 @@ impl Session {
             Box::pin(self.engine.read_barrier()).await?;
         }
         Ok(())
-    }
-
-    /// Plan a statement with DataFusion in this session's context: a small one here, a big
-    /// one on the query runtime ([`crate::executor::plans_in_place`]): a statement thousands
-    /// of terms long or hundreds of set operations deep takes seconds to plan, which must
-    /// not hold up the connection thread's other clients.
-    async fn plan(&self, stmt: &Statement) -> Result<LogicalPlan> {
-        Ok(self.plan_reserved(stmt).await?.0)
-    }
-
-    /// [`Session::plan`], with the memory the plan's making may take reserved from the
-    /// statement's and the server's limits ([`crate::executor::planning_bytes`]; `53200`
-    /// when they have no room); the reservation is the caller's to hold until the plan has
-    /// also been optimized and started.
-    async fn plan_reserved(&self, stmt: &Statement) -> Result<(LogicalPlan, MemoryReservation)> {
-        let reservation = MemoryConsumer::new("planning a statement")
-            .register(&self.ctx.runtime_env().memory_pool);
-        // nothing to reserve is exactly a statement small enough to plan in place
-        let bytes = crate::executor::planning_bytes(stmt);
-        reservation.try_grow(bytes)?;
-        let state = self.ctx.state();
-        let in_place = bytes == 0;
-        let stmt = self.explained_insert_columns(with_unique_names(stmt));
-        let stmt = DFStatement::Statement(Box::new(stmt));
-        if in_place {
-            return Ok((state.statement_to_plan(stmt).await?, reservation));
-        }
-        let planning = async move { state.statement_to_plan(stmt).await };
-        let plan = crate::executor::run_on(self.engine.query_runtime.as_ref(), planning).await??;
-        Ok((plan, reservation))
-    }
-
-    /// `EXPLAIN INSERT INTO s VALUES (...)` names the stream's columns, as the INSERT itself
-    /// does when it runs (DataFusion would count the system columns `offset` and `ts` too).
-    fn explained_insert_columns(&self, mut stmt: Statement) -> Statement {
-        if let Statement::Explain { statement, .. } = &mut stmt {
-            if let Statement::Insert(ins) = statement.as_mut() {
-                let stream = append::insert_target(ins)
-                    .ok()
-                    .and_then(|t| self.engine.catalog.get(&t));
-                if let (Some(stream), true) = (stream, ins.columns.is_empty()) {
-                    ins.columns = append::user_column_names(&stream);
-                }
-            }
-        }
-        stmt
-    }
-
-    async fn query(&mut self, stmt: &Statement, params: &[ScalarValue]) -> Result<Output> {
-        // held until the plan is optimized and started (`execute_stream` below)
-        let (mut plan, _planning) = self.plan_reserved(stmt).await?;
-        if !params.is_empty() {
-            plan = plan.with_param_values(params.to_vec())?;
-        }
-        // A plain scan (no aggregation, join or window) returns rows in
-        // offset order, as a log reader expects even without ORDER BY:
-        // don't split it round-robin across partitions.
-        use datafusion::common::tree_node::TreeNode;
-        let spread = plan.exists(|p| {
-            Ok(matches!(
-                p,
-                LogicalPlan::Aggregate(_) | LogicalPlan::Join(_) | LogicalPlan::Window(_)
-            ))
-        })?;
-        self.ctx
-            .state_ref()
-            .write()
-            .config_mut()
-            .options_mut()
-            .optimizer
-            .enable_round_robin_repartition = spread;
-        let df = self.ctx.execute_logical_plan(plan).await?;
-        let schema = pg_column_names(stmt, df.schema().as_arrow());
-        let stream =
-            crate::executor::execute_stream(self.engine.query_runtime.as_ref(), df).await?;
-        Ok(Output::Rows {
-            schema,
-            stream,
-            tag: "SELECT".into(),
-        })
     }
 }
 

@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::error::{sqlstate, Error, Result};
 
@@ -50,14 +51,29 @@ pub struct SslInfo {
 
 pub type SharedVars = Arc<parking_lot::RwLock<SessionVars>>;
 
-/// Settings every session starts with (SHOW answers these); `statement_timeout` and
-/// `max_statement_memory` from the server's flags.
-pub fn default_settings(
-    max_statement_memory: usize,
-    statement_timeout: Option<std::time::Duration>,
-) -> BTreeMap<String, String> {
-    let memory = crate::memory::format_bytes(max_statement_memory);
-    let timeout = crate::interrupt::format_timeout(statement_timeout);
+/// PostgreSQL's `log_min_duration_statement`: a statement that runs at least
+/// this long is logged with its duration (`-1`, the default, logs none; `0`
+/// logs every one). Only a superuser may change it, as in PostgreSQL: it
+/// decides what the operator's log shows.
+pub const LOG_MIN_DURATION: &str = "log_min_duration_statement";
+
+/// Settings only a superuser may change (PostgreSQL's `superuser` context).
+const SUPERUSER_SETTINGS: &[&str] = &[LOG_MIN_DURATION];
+
+/// The values of the server's flags that are also session settings.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SettingDefaults {
+    pub max_statement_memory: usize,
+    pub statement_timeout: Option<Duration>,
+    pub log_min_duration: Option<Duration>,
+}
+
+/// Settings every session starts with (SHOW answers these); `statement_timeout`,
+/// `max_statement_memory` and `log_min_duration_statement` from the server's flags.
+pub fn default_settings(defaults: SettingDefaults) -> BTreeMap<String, String> {
+    let memory = crate::memory::format_bytes(defaults.max_statement_memory);
+    let timeout = crate::interrupt::format_timeout(defaults.statement_timeout);
+    let log_min_duration = format_log_min_duration(defaults.log_min_duration);
     [
         ("server_version", crate::SERVER_VERSION),
         ("server_version_num", crate::SERVER_VERSION_NUM),
@@ -84,6 +100,7 @@ pub fn default_settings(
         ("default_transaction_read_only", "off"),
         (crate::interrupt::STATEMENT_TIMEOUT, &timeout),
         (crate::memory::SETTING, &memory),
+        (LOG_MIN_DURATION, &log_min_duration),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -139,6 +156,9 @@ pub fn normalize_setting(name: &str, value: &str) -> Result<String> {
             let on = parse_bool(value).ok_or_else(invalid)?;
             return Ok(if on { "on" } else { "off" }.into());
         }
+        LOG_MIN_DURATION => {
+            return Ok(format_log_min_duration(parse_log_min_duration(value)?));
+        }
         crate::memory::SETTING => {
             let bytes = crate::units::parse_bytes(value).map_err(|_| invalid())?;
             let bytes = usize::try_from(bytes).map_err(|_| invalid())?;
@@ -189,6 +209,47 @@ pub fn normalize_setting(name: &str, value: &str) -> Result<String> {
         _ => {}
     }
     Ok(value.to_string())
+}
+
+/// `42501` unless the session may change setting `name`: some are a
+/// superuser's only (see [`LOG_MIN_DURATION`]).
+pub fn check_may_set(name: &str, vars: &SessionVars) -> Result<()> {
+    let superuser = vars.settings.get("is_superuser").map(String::as_str) == Some("on");
+    if SUPERUSER_SETTINGS.contains(&name) && !superuser {
+        return Err(Error::new(
+            sqlstate::INSUFFICIENT_PRIVILEGE,
+            format!("permission denied to set parameter \"{name}\""),
+        ));
+    }
+    Ok(())
+}
+
+/// A `log_min_duration_statement` value: `-1` is off (`None`); otherwise a
+/// duration in milliseconds (a bare number) or with a unit, up to `i32::MAX` ms.
+pub fn parse_log_min_duration(value: &str) -> Result<Option<Duration>> {
+    if value.trim() == "-1" {
+        return Ok(None);
+    }
+    let invalid = || {
+        Error::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"{LOG_MIN_DURATION}\": \"{value}\""),
+        )
+    };
+    let ms = crate::units::parse_duration_ms(value).map_err(|_| invalid())?;
+    if ms > i32::MAX as u64 {
+        return Err(invalid());
+    }
+    Ok(Some(Duration::from_millis(ms)))
+}
+
+/// As SHOW shows `log_min_duration_statement`: `-1`, `0`, `250ms`, `2s`.
+pub fn format_log_min_duration(d: Option<Duration>) -> String {
+    match d {
+        None => "-1".into(),
+        Some(d) if d.is_zero() => "0".into(),
+        Some(d) => crate::interrupt::format_timeout(Some(d)),
+    }
 }
 
 /// PostgreSQL 15's configuration parameters (`SELECT name FROM pg_settings`), which clients

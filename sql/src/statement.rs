@@ -130,6 +130,18 @@ pub enum StreamChange {
     /// `SET (retention = ..., retention_bytes = ..., dedup_window = ...)`.
     Set(OptionChanges),
     RenameTo(String),
+    /// `ADD [COLUMN] [IF NOT EXISTS] name type [NOT NULL] [DEFAULT constant]`: the column
+    /// (without its default) and the default's expression, evaluated by the session.
+    AddColumn {
+        column: Box<ColumnDef>,
+        default: Option<Box<Expr>>,
+        if_not_exists: bool,
+    },
+    /// `RENAME [COLUMN] from TO to`.
+    RenameColumn {
+        from: String,
+        to: String,
+    },
 }
 
 /// The options an `ALTER STREAM ... SET` names: `Some(Some(v))` set, `Some(None)` removed
@@ -586,13 +598,7 @@ pub(crate) fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
             name: object_name(&name),
             args: parameters,
         },
-        Statement::Discard { object_type } => match object_type {
-            sqlparser::ast::DiscardObject::ALL => Parsed::Discard,
-            // no cached plans, sequences or temporary objects to drop
-            sqlparser::ast::DiscardObject::PLANS => Parsed::NoOp("DISCARD PLANS"),
-            sqlparser::ast::DiscardObject::SEQUENCES => Parsed::NoOp("DISCARD SEQUENCES"),
-            sqlparser::ast::DiscardObject::TEMP => Parsed::NoOp("DISCARD TEMP"),
-        },
+        Statement::Discard { object_type } => classify_discard(object_type),
         Statement::Reset(r) => match r.reset {
             sqlparser::ast::Reset::ALL => Parsed::Reset(None),
             sqlparser::ast::Reset::ConfigurationParameter(name) => {
@@ -619,11 +625,7 @@ pub(crate) fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         },
         Statement::LISTEN { channel } => Parsed::Listen(normalize_ident(&channel)),
         Statement::UNLISTEN { channel } => {
-            if channel.value == "*" {
-                Parsed::Unlisten(None)
-            } else {
-                Parsed::Unlisten(Some(normalize_ident(&channel)))
-            }
+            Parsed::Unlisten((channel.value != "*").then(|| normalize_ident(&channel)))
         }
         Statement::NOTIFY { channel, payload } => Parsed::Notify {
             channel: normalize_ident(&channel),
@@ -643,6 +645,18 @@ pub(crate) fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         Statement::Revoke(r) => roles::classify_revoke(&r)?,
         other => refuse(&other),
     })
+}
+
+/// `DISCARD ALL` resets the session; there are no cached plans, sequences
+/// or temporary objects to drop.
+fn classify_discard(object_type: sqlparser::ast::DiscardObject) -> Parsed {
+    use sqlparser::ast::DiscardObject;
+    match object_type {
+        DiscardObject::ALL => Parsed::Discard,
+        DiscardObject::PLANS => Parsed::NoOp("DISCARD PLANS"),
+        DiscardObject::SEQUENCES => Parsed::NoOp("DISCARD SEQUENCES"),
+        DiscardObject::TEMP => Parsed::NoOp("DISCARD TEMP"),
+    }
 }
 
 /// `CREATE STREAM`: typed columns (NOT NULL the only option) and the
@@ -676,6 +690,7 @@ fn classify_create_stream(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
             name: cname,
             ty,
             not_null,
+            default: None,
         });
     }
     if !ct.constraints.is_empty() {
@@ -807,9 +822,33 @@ fn classify_alter(at: &sqlparser::ast::AlterTable, is_stream: bool) -> Result<Pa
             check_name("relation", &new)?;
             StreamChange::RenameTo(new)
         }
+        [AlterTableOperation::AddColumn {
+            if_not_exists,
+            column_def,
+            column_position: None,
+            ..
+        }] => match added_column(column_def, *if_not_exists)? {
+            Some(change) => change,
+            None => {
+                return Ok(Parsed::Refused(Error::unsupported(
+                    "ADD COLUMN takes NOT NULL, NULL and DEFAULT, no other column option",
+                )))
+            }
+        },
+        [AlterTableOperation::RenameColumn {
+            old_column_name,
+            new_column_name,
+        }] => {
+            let to = normalize_ident(new_column_name);
+            check_name("column", &to)?;
+            StreamChange::RenameColumn {
+                from: normalize_ident(old_column_name),
+                to,
+            }
+        }
         [op] => {
             return Ok(Parsed::Refused(Error::unsupported(format!(
-                "ALTER {} ... {op} is not supported (SET (...) and RENAME TO are)",
+                "ALTER {} ... {op} is not supported (SET (...), RENAME TO, ADD COLUMN and RENAME COLUMN are)",
                 if is_stream { "STREAM" } else { "TABLE" }
             ))))
         }
@@ -825,6 +864,36 @@ fn classify_alter(at: &sqlparser::ast::AlterTable, is_stream: bool) -> Result<Pa
         stream: is_stream,
         change,
     })
+}
+
+/// `ADD COLUMN`'s column; `None` for a column option other than NOT NULL, NULL and DEFAULT.
+fn added_column(
+    c: &sqlparser::ast::ColumnDef,
+    if_not_exists: bool,
+) -> Result<Option<StreamChange>> {
+    let name = normalize_ident(&c.name);
+    check_name("column", &name)?;
+    let ty = ColumnType::parse(&c.data_type.to_string())?;
+    let mut not_null = false;
+    let mut default = None;
+    for o in &c.options {
+        match &o.option {
+            ColumnOption::NotNull => not_null = true,
+            ColumnOption::Null => not_null = false,
+            ColumnOption::Default(e) => default = Some(Box::new(e.clone())),
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(StreamChange::AddColumn {
+        column: Box::new(ColumnDef {
+            name,
+            ty,
+            not_null,
+            default: None,
+        }),
+        default,
+        if_not_exists,
+    }))
 }
 
 /// The options `ALTER STREAM ... SET (...)` may change; `'none'` removes one.
@@ -962,6 +1031,7 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
             name: cname,
             ty,
             not_null,
+            default: None,
         });
     }
     for c in &ct.constraints {

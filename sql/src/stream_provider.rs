@@ -8,6 +8,7 @@
 //! n` reads only the frames at or after n. Frames are read lazily, one at a
 //! time, so memory stays bounded by one frame plus what the query keeps.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -41,13 +42,25 @@ pub struct StreamTable {
     /// Rows the reading transaction appended but has not committed (user
     /// columns): scanned after the committed rows, `offset`/`ts` NULL.
     pending: Vec<RecordBatch>,
+    /// Column defaults, for INSERTs DataFusion plans that omit the column.
+    defaults: HashMap<String, Expr>,
 }
 
 impl StreamTable {
     pub fn new(stream: Arc<Stream>) -> StreamTable {
+        let defaults = stream
+            .def
+            .columns
+            .iter()
+            .filter_map(|c| {
+                let v = c.default.as_deref().and_then(|t| c.ty.parse_text(t).ok())?;
+                Some((c.name.clone(), datafusion::logical_expr::lit(v)))
+            })
+            .collect();
         StreamTable {
             stream,
             pending: Vec::new(),
+            defaults,
         }
     }
 
@@ -212,6 +225,10 @@ impl TableProvider for StreamTable {
         TableType::Base
     }
 
+    fn get_column_default(&self, column: &str) -> Option<&Expr> {
+        self.defaults.get(column)
+    }
+
     fn supports_filters_pushdown(
         &self,
         filters: &[&Expr],
@@ -361,7 +378,7 @@ fn uncommitted_rows(stream: &Stream, user: &RecordBatch) -> Result<RecordBatch, 
         arrow::array::new_null_array(&arrow::datatypes::DataType::Int64, n),
         arrow::array::new_null_array(&crate::definition::ts_type(), n),
     ];
-    cols.extend(user.columns().iter().cloned());
+    cols.extend(stream.user_columns(user)?);
     Ok(RecordBatch::try_new(stream.full_schema.clone(), cols)?)
 }
 
@@ -378,7 +395,7 @@ pub fn with_system_columns(
     ));
     let tss: ArrayRef = Arc::new(TimestampMicrosecondArray::from_value(ts, n).with_timezone("UTC"));
     let mut cols = vec![offsets, tss];
-    cols.extend(user.columns().iter().cloned());
+    cols.extend(stream.user_columns(user)?);
     Ok(RecordBatch::try_new(stream.full_schema.clone(), cols)?)
 }
 

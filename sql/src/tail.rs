@@ -294,6 +294,8 @@ impl Tail {
         };
         // plan an empty range once: validates the query and fixes the schema
         let (schema, _) = tail.run_chunk(0, 0).await?;
+        // the tail keeps the columns it started with, whatever an ALTER adds later
+        expand_wildcard(&mut tail.query, &schema);
         if may_read_directly {
             tail.direct = direct_columns(&tail.query, &tail.stream.full_schema, &schema);
         }
@@ -439,7 +441,14 @@ impl Tail {
                 let batches = self.read_direct(columns, self.pos, to)?;
                 self.buffered.extend(batches);
             } else {
-                let (_, mut rows) = self.run_chunk(self.pos, to).await?;
+                let (schema, mut rows) = self.run_chunk(self.pos, to).await?;
+                if !same_columns(&schema, &self.schema) {
+                    // an ALTER added or renamed columns the query's shape depends on
+                    return Err(Error::unsupported(format!(
+                        "stream \"{}\" was altered while it was tailed; start the tail again",
+                        self.stream.name()
+                    )));
+                }
                 while let Some(b) = rows.next().await {
                     let b = b?;
                     if b.num_rows() > 0 {
@@ -564,6 +573,22 @@ fn direct_columns(query: &Query, full: &Schema, output: &Schema) -> Option<Vec<u
     same_types.then_some(columns)
 }
 
+/// `SELECT *` as the list of the columns `schema` has now.
+fn expand_wildcard(query: &mut Query, schema: &Schema) {
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
+    let star = matches!(select.projection.as_slice(),
+        [SelectItem::Wildcard(options)] if *options == WildcardAdditionalOptions::default());
+    if star {
+        select.projection = schema
+            .fields()
+            .iter()
+            .map(|f| SelectItem::UnnamedExpr(Expr::Identifier(Ident::with_quote('"', f.name()))))
+            .collect();
+    }
+}
+
 fn range_expr(from: u64, to: u64) -> Expr {
     let col = || Box::new(Expr::Identifier(Ident::with_quote('"', OFFSET_COLUMN)));
     let num = |n: u64| Box::new(Expr::value(Value::Number(n.to_string(), false)));
@@ -580,6 +605,15 @@ fn range_expr(from: u64, to: u64) -> Expr {
             right: num(to),
         }),
     }
+}
+
+/// Whether two row shapes have the same column names and types, in order.
+fn same_columns(a: &SchemaRef, b: &SchemaRef) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.fields()
+            .iter()
+            .zip(b.fields())
+            .all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
 }
 
 #[cfg(test)]

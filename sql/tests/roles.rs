@@ -505,3 +505,32 @@ async fn the_catalogs_tell_the_truth_about_roles() {
     .await;
     engine.shutdown().await;
 }
+
+/// `log_min_duration_statement` decides what the operator's log shows: as in
+/// PostgreSQL only a superuser may change it (SET, set_config, RESET keeps
+/// it), so a role can neither hide its statements nor flood the log.
+#[tokio::test]
+async fn only_a_superuser_sets_log_min_duration_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path()).await;
+    let mut su = session(&engine, "sluice");
+    ok(&mut su, "CREATE ROLE plain LOGIN").await;
+    ok(&mut su, "SET log_min_duration_statement = 250").await;
+    assert_eq!(
+        rows(&mut su, "SHOW log_min_duration_statement").await,
+        table(&[&["250ms"]])
+    );
+    let mut plain = session(&engine, "plain");
+    for sql in [
+        "SET log_min_duration_statement = -1",
+        "SET log_min_duration_statement = 0",
+        "SELECT set_config('log_min_duration_statement', '0', false)",
+    ] {
+        fails(&mut plain, sql, "42501").await;
+    }
+    assert_eq!(
+        rows(&mut plain, "SHOW log_min_duration_statement").await,
+        table(&[&["-1"]])
+    );
+    engine.shutdown().await;
+}

@@ -880,6 +880,49 @@ async fn a_tail_below_the_first_offset_is_22023() {
     db.close().await;
 }
 
+/// A tail keeps the columns it started with across `ALTER STREAM ... ADD COLUMN`, whether it
+/// reads frames directly (`SELECT *` bounded by offset only) or plans each chunk (another
+/// predicate, or any tail inside a block); a direct tail keeps its columns across a RENAME
+/// COLUMN too, while a planned one that names the renamed column ends with its error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tails_keep_their_columns_across_add_column() {
+    let (db, mut s) = setup().await;
+    let mut w = db.session();
+    script(
+        &mut w,
+        "CREATE STREAM tc (n bigint); INSERT INTO tc VALUES (1)",
+    )
+    .await;
+    // cursors WITH HOLD outside a block: `d` reads frames directly, `p` plans each chunk
+    script(&mut s, "SET tail_wait = '100ms'").await;
+    script(
+        &mut s,
+        "DECLARE d CURSOR WITH HOLD FOR SELECT * FROM tc WHERE offset >= 0; \
+         DECLARE p CURSOR WITH HOLD FOR SELECT * FROM tc WHERE offset >= 0 AND n > 0",
+    )
+    .await;
+    let ns = |rows: Vec<Vec<String>>| -> Vec<(usize, String)> {
+        rows.into_iter().map(|r| (r.len(), r[2].clone())).collect()
+    };
+    assert_eq!(ns(rows(&mut s, "FETCH 10 FROM d").await), [(3, "1".into())]);
+    assert_eq!(ns(rows(&mut s, "FETCH 10 FROM p").await), [(3, "1".into())]);
+    script(
+        &mut w,
+        "ALTER STREAM tc ADD COLUMN tag text DEFAULT 'x'; INSERT INTO tc VALUES (2, 'y')",
+    )
+    .await;
+    assert_eq!(ns(rows(&mut s, "FETCH 10 FROM d").await), [(3, "2".into())]);
+    assert_eq!(ns(rows(&mut s, "FETCH 10 FROM p").await), [(3, "2".into())]);
+    script(
+        &mut w,
+        "ALTER STREAM tc RENAME COLUMN n TO m; INSERT INTO tc VALUES (3, 'z')",
+    )
+    .await;
+    assert_eq!(ns(rows(&mut s, "FETCH 10 FROM d").await), [(3, "3".into())]);
+    fails(&mut s, "FETCH 10 FROM p", "42703").await;
+    db.close().await;
+}
+
 // ---------------------------------------------------------------------------
 // Transactions
 // ---------------------------------------------------------------------------
@@ -1878,6 +1921,78 @@ async fn insert_expressions_are_evaluated_per_row_as_in_postgresql() {
         rows(&mut s, "SELECT count(*) FROM e").await,
         table(&[&["4"]])
     );
+}
+
+/// A prepared INSERT whose VALUES hold expressions compiles each expression
+/// once and evaluates it per execution: parameters, the statement's start
+/// time and volatile functions are each execution's (and each row's), not
+/// the first one's. A setting change compiles them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_insert_compiles_its_expressions_once() {
+    let (db, mut s) = setup().await;
+    script(
+        &mut s,
+        "CREATE STREAM c (n bigint, t text, at timestamptz, r double precision)",
+    )
+    .await;
+    let p =
+        one_statement("INSERT INTO c (n, t, at, r) VALUES ($1 * 2, upper($2), now(), random())");
+    let run = |i: i64| {
+        [
+            ScalarValue::Int64(Some(i)),
+            ScalarValue::Utf8(Some(format!("v{i}"))),
+        ]
+    };
+    for i in 0..5 {
+        let reply = run_parsed(&mut s, &p, &run(i)).await.expect("insert");
+        assert_eq!(reply.tag(), "INSERT 0 1");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // four expressions, each compiled at the first execution only
+    assert_eq!(s.compiled_expressions(), 4);
+    assert_eq!(
+        rows(&mut s, "SELECT n, t FROM c ORDER BY offset").await,
+        table(&[
+            &["0", "V0"],
+            &["2", "V1"],
+            &["4", "V2"],
+            &["6", "V3"],
+            &["8", "V4"]
+        ])
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "SELECT count(DISTINCT at), count(DISTINCT r) FROM c"
+        )
+        .await,
+        table(&[&["5", "5"]])
+    );
+    // one statement's rows share its start time; random() is called per row
+    ok(
+        &mut s,
+        "INSERT INTO c (at, r) VALUES (now(), random()), (now(), random())",
+    )
+    .await;
+    assert_eq!(
+        rows(
+            &mut s,
+            "SELECT count(DISTINCT at), count(DISTINCT r) FROM c WHERE offset >= 5"
+        )
+        .await,
+        table(&[&["1", "2"]])
+    );
+    let before = s.compiled_expressions();
+    ok(&mut s, "SET application_name = 'again'").await;
+    run_parsed(&mut s, &p, &run(9))
+        .await
+        .expect("insert after SET");
+    assert_eq!(s.compiled_expressions(), before + 4);
+    assert_eq!(
+        rows(&mut s, "SELECT n, t FROM c WHERE offset = 7").await,
+        table(&[&["18", "V9"]])
+    );
+    db.close().await;
 }
 
 #[tokio::test]

@@ -288,24 +288,27 @@ async fn three_nodes_take_writes_and_serve_reads_on_every_node() {
         );
     }
     // ALTER STREAM on a follower is forwarded and applied on every node: the new name
-    // serves the same rows (linearizable reads), with the new options.
+    // serves the same rows (linearizable reads), with the new options and the added
+    // column's default.
     exec(&f, "ALTER STREAM orders SET (retention = '30 days')").await;
     exec(&f, "ALTER STREAM orders RENAME TO sales").await;
+    exec(&f, "ALTER STREAM sales ADD COLUMN region text DEFAULT 'eu'").await;
     for id in 1..=3u64 {
         let c = cluster.client(id).await;
         exec(&c, "SET read_consistency = 'linearizable'").await;
         let rows = c
             .query(
-                "SELECT count(*), (SELECT retention FROM sluice_streams WHERE name = 'sales') \
-                 FROM sales",
+                "SELECT count(*), (SELECT retention FROM sluice_streams WHERE name = 'sales'), \
+                 min(region) FROM sales",
                 &[],
             )
             .await
             .unwrap_or_else(|e| panic!("node {id} after the rename: {e:?}"));
-        let (n, retention): (i64, Option<String>) = (rows[0].get(0), rows[0].get(1));
+        let (n, retention, region): (i64, Option<String>, Option<String>) =
+            (rows[0].get(0), rows[0].get(1), rows[0].get(2));
         assert_eq!(
-            (n, retention.as_deref()),
-            (3, Some("2592000000 ms")),
+            (n, retention.as_deref(), region.as_deref()),
+            (3, Some("2592000000 ms"), Some("eu")),
             "node {id}"
         );
     }

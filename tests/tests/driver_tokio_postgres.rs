@@ -520,3 +520,45 @@ async fn readme_orders_session() {
     assert!(sluice_tests::error_message(&err).contains("append-only"));
     assert_eq!(sluice_tests::assert_gapless(&client, "orders").await, 2);
 }
+
+/// A statement prepared before `ALTER STREAM ... ADD COLUMN` announced fewer columns than
+/// `SELECT *` now has: executing it is PostgreSQL's 0A000 "cached plan must not change result
+/// type" (drivers prepare again on it), never rows that do not match the RowDescription; a
+/// statement prepared after the ALTER sees the new column, and a row-limited portal too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prepared_select_star_after_add_column_is_refused_not_garbled() {
+    let server = Server::start().await;
+    let mut client = server.client().await;
+    exec(&client, "CREATE STREAM grown (n bigint)").await;
+    exec(&client, "INSERT INTO grown VALUES (1), (2)").await;
+    let before = client
+        .prepare("SELECT * FROM grown")
+        .await
+        .expect("prepare");
+    assert_eq!(before.columns().len(), 3);
+    exec(
+        &client,
+        "ALTER STREAM grown ADD COLUMN tag text DEFAULT 'x'",
+    )
+    .await;
+    expect_sqlstate(
+        client.query(&before, &[]).await,
+        &SqlState::FEATURE_NOT_SUPPORTED,
+        "prepared SELECT * after ADD COLUMN",
+    );
+    let after = client
+        .prepare("SELECT * FROM grown")
+        .await
+        .expect("prepare");
+    let rows = client.query(&after, &[]).await.expect("query");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].get::<_, Option<String>>(3).as_deref(), Some("x"));
+    // a row-limited portal (the path with its own encoder)
+    let tx = client.transaction().await.expect("begin");
+    let portal = tx.bind(&before, &[]).await.expect("bind");
+    expect_sqlstate(
+        tx.query_portal(&portal, 1).await,
+        &SqlState::FEATURE_NOT_SUPPORTED,
+        "row-limited portal after ADD COLUMN",
+    );
+}

@@ -231,9 +231,9 @@ async fn tables_survive_sigterm() {
     tables_and_dedup_survive(Stop::Graceful, "7").await;
 }
 
-/// ALTER STREAM's new options and name survive a restart, from the log (a large
-/// checkpoint interval) and from a checkpoint (interval 1), and the renamed stream keeps its
-/// rows, its offsets and its dedup keys.
+/// ALTER STREAM's new options, name and columns (ADD COLUMN with a default, RENAME COLUMN)
+/// survive a restart, from the log (a large checkpoint interval) and from a checkpoint
+/// (interval 1), and the renamed stream keeps its rows, its offsets and its dedup keys.
 async fn an_altered_stream_survives(how: Stop, checkpoint_entries: &str) {
     let mut server = Server::start_with(&["--checkpoint-entries", checkpoint_entries]).await;
     let client = server.client().await;
@@ -251,7 +251,13 @@ async fn an_altered_stream_survives(how: Stop, checkpoint_entries: &str) {
     )
     .await;
     exec(&client, "ALTER STREAM orders RENAME TO sales").await;
-    exec(&client, "INSERT INTO sales VALUES ('o5', 5)").await;
+    exec(
+        &client,
+        "ALTER STREAM sales ADD COLUMN region text NOT NULL DEFAULT 'eu'",
+    )
+    .await;
+    exec(&client, "ALTER STREAM sales RENAME COLUMN v TO amount").await;
+    exec(&client, "INSERT INTO sales VALUES ('o5', 5, 'us')").await;
     drop(client);
     stop(&mut server, how).await;
     server.restart().await;
@@ -280,6 +286,19 @@ async fn an_altered_stream_survives(how: Stop, checkpoint_entries: &str) {
         text_rows(&client, "SELECT count(*), max(offset) FROM sales").await,
         vec![vec!["6".to_string(), "5".into()]],
         "{how:?}"
+    );
+    // rows written before ADD COLUMN read its default; the renamed column keeps its values
+    assert_eq!(
+        text_rows(
+            &client,
+            "SELECT id, amount, region FROM sales WHERE offset IN (0, 5) ORDER BY offset"
+        )
+        .await,
+        vec![
+            vec!["o0".to_string(), "0".into(), "eu".into()],
+            vec!["o5".to_string(), "5".into(), "us".into()]
+        ],
+        "{how:?}: columns after restart"
     );
 }
 

@@ -1,4 +1,5 @@
-//! Import circles between the modules of `sql` and `server`.
+//! Import circles between the modules of `sql` and `server`, and the size
+//! limits of the sql crate.
 //!
 //! A module imports the ones below it and is never imported back: this
 //! program reads every `.rs` file under `sql/src` and `server/src`, takes each
@@ -11,7 +12,12 @@
 //! (`[`crate::memory`]`) are not imports.
 //!
 //! It fails, naming every cycle and the lines that make it, if the graph has
-//! one. Run with `cargo test -p sluice-tests --test structure`; it is a plain
+//! one. It also fails, naming the offenders, when a function in `sql/src` is
+//! longer than [`MAX_FUNCTION_LINES`], `Session::execute_inner` (the
+//! session's one dispatch) longer than [`MAX_DISPATCH_LINES`], or
+//! `sql/src/session.rs` longer than [`MAX_SESSION_LINES`] (issue 24's
+//! limits: code a newcomer can walk). A function spans from its `fn` line to
+//! the first line holding only its indentation and `}` (rustfmt's layout). Run with `cargo test -p sluice-tests --test structure`; it is a plain
 //! program (`harness = false`), so it needs no build of the crates it reads.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,6 +27,13 @@ use std::process::ExitCode;
 
 /// The crates whose module graph must be acyclic, relative to the workspace.
 const CRATES: &[&str] = &["sql", "server"];
+
+/// The longest function allowed in `sql/src`, in lines.
+const MAX_FUNCTION_LINES: usize = 120;
+/// The longest `Session::execute_inner` allowed, in lines.
+const MAX_DISPATCH_LINES: usize = 60;
+/// The longest `sql/src/session.rs` allowed, in lines.
+const MAX_SESSION_LINES: usize = 600;
 
 /// At most this many cycles are printed per crate; the components are always printed whole.
 const MAX_CYCLES: usize = 200;
@@ -62,8 +75,20 @@ fn main() -> ExitCode {
             println!("  {from} -> {to}: {}", edges[from][to].join(", "));
         }
     }
-    if failed {
-        println!("import circles found: a module below must not import the one above it");
+    let sizes = size_violations(&root.join("sql").join("src"));
+    for v in &sizes {
+        println!("sql: {v}");
+    }
+    if sizes.is_empty() {
+        println!(
+            "sql: every function within {MAX_FUNCTION_LINES} lines, execute_inner within \
+             {MAX_DISPATCH_LINES}, session.rs within {MAX_SESSION_LINES}"
+        );
+    }
+    if failed || !sizes.is_empty() {
+        if failed {
+            println!("import circles found: a module below must not import the one above it");
+        }
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
@@ -97,6 +122,84 @@ fn crate_graph(src: &Path) -> Edges {
         }
     }
     edges
+}
+
+/// Functions, the dispatch and session.rs over their limits, one line each.
+fn size_violations(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut out = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(src).expect("file is under src");
+        let text = fs::read_to_string(file).expect("readable source file");
+        if rel == Path::new("session.rs") && text.lines().count() > MAX_SESSION_LINES {
+            out.push(format!(
+                "session.rs has {} lines (at most {MAX_SESSION_LINES})",
+                text.lines().count()
+            ));
+        }
+        for (name, line, len) in functions(&text) {
+            let max = if name == "execute_inner" {
+                MAX_DISPATCH_LINES
+            } else {
+                MAX_FUNCTION_LINES
+            };
+            if len > max {
+                out.push(format!(
+                    "{}:{line}: fn {name} has {len} lines (at most {max})",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Every function with a body: (name, first line, lines from `fn` to its closing brace).
+fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(name) = fn_name(line) else { continue };
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let close = format!("{indent}}}");
+        if line.trim_end().ends_with(';') || line.trim_end().ends_with('}') {
+            continue; // a declaration, or a body on one line
+        }
+        if let Some(end) = lines[i + 1..].iter().position(|l| *l == close) {
+            out.push((name, i + 1, end + 2));
+        }
+    }
+    out
+}
+
+/// The name of the function a line opens (`pub(crate) async fn name<T>(`).
+fn fn_name(line: &str) -> Option<String> {
+    let mut rest = line.trim_start();
+    if rest.starts_with("//") {
+        return None;
+    }
+    for prefix in [
+        "pub(crate) ",
+        "pub(super) ",
+        "pub ",
+        "const ",
+        "async ",
+        "unsafe ",
+    ] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    // the qualifiers come in that order; once more for `pub async`, `pub const`
+    for prefix in ["const ", "async ", "unsafe "] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

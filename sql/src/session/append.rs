@@ -44,6 +44,12 @@ impl Session {
             .ok_or_else(|| Error::undefined_table(name))
     }
 
+    /// How many VALUES expressions this session has compiled (see
+    /// [`crate::compiled_values`]): an INSERT run again compiles none.
+    pub fn compiled_expressions(&self) -> u64 {
+        self.values.compilations()
+    }
+
     /// INSERT into a stream.
     pub(super) async fn insert(
         &mut self,
@@ -94,9 +100,10 @@ impl Session {
     }
 
     /// VALUES of literals, parameters and expressions that read no relation, evaluated
-    /// without planning the statement.
+    /// without planning the statement (expressions compiled once per session, see
+    /// [`crate::compiled_values`]).
     fn fast_values(
-        &self,
+        &mut self,
         stream: &Stream,
         targets: &[usize],
         ins: &sqlparser::ast::Insert,
@@ -119,7 +126,7 @@ impl Session {
                         let start = *start.get_or_insert_with(chrono::Utc::now);
                         let state = self.ctx.state_ref();
                         let state = state.read();
-                        match insert::eval_expression(&state, e, ty, start, params) {
+                        match self.values.value(&state, e, ty, start, params) {
                             Some(v) => v,
                             None => return Ok(None),
                         }
@@ -144,13 +151,16 @@ impl Session {
         ins: &sqlparser::ast::Insert,
         params: &[ScalarValue],
     ) -> Result<RecordBatch> {
+        let width = implicit_width(ins, stream.def.columns.len())?;
         let mut ins = ins.clone();
         ins.returning = None;
         if let Some(source) = ins.source.as_mut() {
             insert::values_with_subqueries_as_selects(source)?;
         }
         if ins.columns.is_empty() {
-            ins.columns = user_column_names(stream);
+            let mut names = user_column_names(stream);
+            names.truncate(width.unwrap_or(names.len()));
+            ins.columns = names;
         }
         let mut state = self.ctx.state();
         let collector = Arc::new(InsertCollector::default());
@@ -312,7 +322,29 @@ pub(super) fn insert_targets(stream: &Stream, ins: &sqlparser::ast::Insert) -> R
                 .unwrap_or_default()
         })
         .collect();
+    if let Some(n) = implicit_width(ins, stream.def.columns.len())? {
+        return Ok((0..n).collect());
+    }
     target_columns(stream, &names)
+}
+
+/// Without a column list, VALUES rows narrower than the relation fill its
+/// first columns (PostgreSQL: "the first N column names, if there are only N
+/// columns supplied by the VALUES clause"); `None` when the INSERT targets
+/// all columns or names its own.
+/// VALUES rows of different widths are `42601`, as in PostgreSQL.
+pub(super) fn implicit_width(
+    ins: &sqlparser::ast::Insert,
+    columns: usize,
+) -> Result<Option<usize>> {
+    let Some(rows) = values_rows(ins) else {
+        return Ok(None);
+    };
+    let width = rows.first().map_or(0, |r| r.len());
+    if rows.iter().any(|r| r.len() != width) {
+        return Err(Error::syntax("VALUES lists must all be the same length"));
+    }
+    Ok((ins.columns.is_empty() && width < columns).then_some(width))
 }
 
 /// Positions of the named user columns of a stream; its system columns

@@ -1,5 +1,5 @@
-//! DDL of a session: CREATE and DROP of streams and tables, and ALTER
-//! CLUSTER.
+//! DDL of a session: CREATE, DROP and ALTER of streams and tables, and
+//! ALTER CLUSTER.
 //!
 //! Each statement is one proposed command that runs at once, even inside a
 //! transaction block (it is not part of the block and ROLLBACK does not
@@ -15,14 +15,36 @@ use super::{Output, Session};
 use crate::command::{op, AlterStream, CreateStream, CreateTable, DropRelation, Op};
 use crate::definition::{StreamDef, TableDef};
 use crate::error::{sqlstate, Error, Result};
-use crate::statement::StreamChange;
+use crate::statement::{sqlparser, Parsed, StreamChange};
+use crate::types::ColumnType;
 
 impl Session {
-    pub(super) async fn create_table(
-        &mut self,
-        def: &TableDef,
-        if_not_exists: bool,
-    ) -> Result<Output> {
+    /// CREATE, DROP and ALTER of a stream or table; ALTER CLUSTER.
+    pub(super) async fn ddl(&mut self, p: &Parsed) -> Result<Output> {
+        match p {
+            Parsed::CreateTable { def, if_not_exists } => {
+                self.create_table(def, *if_not_exists).await
+            }
+            Parsed::CreateStream { def, if_not_exists } => {
+                self.create_stream(def, *if_not_exists).await
+            }
+            Parsed::DropRelation {
+                names,
+                if_exists,
+                stream,
+            } => self.drop_relations(names, *if_exists, *stream).await,
+            Parsed::AlterCluster(change) => self.alter_cluster(change).await,
+            Parsed::AlterStream {
+                name,
+                if_exists,
+                stream,
+                change,
+            } => self.alter_stream(name, *if_exists, *stream, change).await,
+            _ => Err(Error::internal("not a DDL statement")),
+        }
+    }
+
+    async fn create_table(&mut self, def: &TableDef, if_not_exists: bool) -> Result<Output> {
         let kind = op::Kind::CreateTable(CreateTable {
             name: def.name.clone(),
             definition_json: definition_json(def)?,
@@ -32,11 +54,7 @@ impl Session {
         self.run_ddl(vec![kind], "CREATE TABLE").await
     }
 
-    pub(super) async fn create_stream(
-        &mut self,
-        def: &StreamDef,
-        if_not_exists: bool,
-    ) -> Result<Output> {
+    async fn create_stream(&mut self, def: &StreamDef, if_not_exists: bool) -> Result<Output> {
         let kind = op::Kind::CreateStream(CreateStream {
             name: def.name.clone(),
             definition_json: definition_json(def)?,
@@ -47,7 +65,7 @@ impl Session {
     }
 
     /// `DROP STREAM` / `DROP TABLE`: one command drops them all.
-    pub(super) async fn drop_relations(
+    async fn drop_relations(
         &mut self,
         names: &[String],
         if_exists: bool,
@@ -68,7 +86,7 @@ impl Session {
 
     /// `ALTER STREAM`: proposes the stream's whole new options (or name) for the stream it
     /// is now; a table cannot be altered yet.
-    pub(super) async fn alter_stream(
+    async fn alter_stream(
         &mut self,
         name: &str,
         if_exists: bool,
@@ -91,23 +109,42 @@ impl Session {
             }
             return Err(Error::undefined_table(name));
         };
-        let (options, new_name) = match change {
-            StreamChange::Set(changes) => (changes.applied_to(&stream.def.options)?, String::new()),
-            StreamChange::RenameTo(to) => (stream.def.options.clone(), to.clone()),
-        };
-        let kind = op::Kind::AlterStream(AlterStream {
+        let mut alter = AlterStream {
             name: name.to_string(),
             stream_id: stream.def.id,
-            options_json: definition_json(&options)?,
-            new_name,
-        });
-        self.run_ddl(vec![kind], tag).await
+            ..AlterStream::default()
+        };
+        match change {
+            StreamChange::Set(changes) => {
+                alter.options_json = definition_json(&changes.applied_to(&stream.def.options)?)?
+            }
+            StreamChange::RenameTo(to) => {
+                alter.options_json = definition_json(&stream.def.options)?;
+                alter.new_name = to.clone();
+            }
+            StreamChange::AddColumn {
+                column,
+                default,
+                if_not_exists,
+            } => {
+                let mut column = (**column).clone();
+                if let Some(e) = default {
+                    column.default = column_default(e, column.ty)?;
+                }
+                alter.add_column_json = definition_json(&column)?;
+                alter.if_not_exists = *if_not_exists;
+            }
+            StreamChange::RenameColumn { from, to } => {
+                alter.rename_column = from.clone();
+                alter.rename_column_to = to.clone();
+            }
+        }
+        // the same checks the state machine makes, for an answer without a round trip
+        crate::alter::new_definition(&stream, &alter)?;
+        self.run_ddl(vec![op::Kind::AlterStream(alter)], tag).await
     }
 
-    pub(super) async fn alter_cluster(
-        &mut self,
-        change: &sluice_consensus::Membership,
-    ) -> Result<Output> {
+    async fn alter_cluster(&mut self, change: &sluice_consensus::Membership) -> Result<Output> {
         if matches!(self.txn, Txn::Block(_)) {
             return Err(Error::new(
                 sqlstate::ACTIVE_SQL_TRANSACTION,
@@ -130,4 +167,26 @@ impl Session {
 
 fn definition_json(def: &impl Serialize) -> Result<String> {
     serde_json::to_string(def).map_err(|e| Error::internal(e.to_string()))
+}
+
+/// A DEFAULT for a stream column, as text its type reads back to the same value; `None` for
+/// `DEFAULT NULL`. Only constants: a stream column's default is fixed when it is added (rows
+/// written before read it), so `now()` and the like are refused.
+fn column_default(e: &sqlparser::ast::Expr, ty: ColumnType) -> Result<Option<String>> {
+    let not_constant = || {
+        Error::unsupported(format!(
+            "DEFAULT {e} is not a constant: a stream column's default must be one"
+        ))
+    };
+    let value = crate::insert::eval_simple(e, ty, &[]).ok_or_else(not_constant)??;
+    let value = ty.coerce(value)?;
+    if value.is_null() {
+        return Ok(None);
+    }
+    let array = value.to_array()?;
+    let text = arrow::util::display::array_value_to_string(&array, 0)?;
+    if ty.parse_text(&text)? != value {
+        return Err(not_constant());
+    }
+    Ok(Some(text))
 }

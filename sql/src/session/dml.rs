@@ -787,6 +787,9 @@ fn assignments(table: &Table, list: &[sqlparser::ast::Assignment]) -> Result<Vec
 
 /// Positions of the INSERT's target columns (all columns if none named).
 pub(super) fn table_targets(table: &Table, ins: &sqlparser::ast::Insert) -> Result<Vec<usize>> {
+    if let Some(n) = super::append::implicit_width(ins, table.def.columns.len())? {
+        return Ok((0..n).collect());
+    }
     let names: Vec<String> = ins.columns.iter().map(statement::table_name).collect();
     column_positions(&table.def.columns, &table.def.name, &names, |_| Ok(()))
 }

@@ -13,7 +13,10 @@ use arrow::datatypes::{DataType, Field, Schema};
 use super::transaction::Txn;
 use super::{batches_stream, Output, Session};
 use crate::error::{sqlstate, Error, Result};
-use crate::settings::{canonical_setting, default_settings, normalize_setting};
+use crate::settings::{
+    canonical_setting, check_may_set, default_settings, normalize_setting, parse_log_min_duration,
+    LOG_MIN_DURATION,
+};
 use crate::statement::{self, Parsed};
 
 /// What `SHOW STREAMS` runs.
@@ -21,6 +24,13 @@ pub(super) const SHOW_STREAMS: &str =
     "SELECT name, first_offset, next_offset, bytes, segments FROM sluice_streams ORDER BY name";
 
 impl Session {
+    /// The session's `log_min_duration_statement`: statements that take at
+    /// least this long are logged; `None` logs none.
+    pub fn log_min_duration(&self) -> Option<std::time::Duration> {
+        let value = self.vars.read().settings.get(LOG_MIN_DURATION).cloned()?;
+        parse_log_min_duration(&value).ok().flatten()
+    }
+
     pub fn setting(&self, name: &str) -> Option<String> {
         let vars = self.vars.read();
         if name.chars().any(char::is_uppercase) {
@@ -35,6 +45,7 @@ impl Session {
     pub fn set_setting(&mut self, name: &str, value: &str) -> Result<()> {
         let name = canonical_setting(name);
         let value = normalize_setting(&name, value)?;
+        check_may_set(&name, &self.vars.read())?;
         if name == crate::memory::SETTING {
             self.check_memory_setting(&value)?;
         }
@@ -65,8 +76,10 @@ impl Session {
     }
 
     pub(super) fn set(&mut self, name: &str, value: &str) -> Result<Output> {
+        self.values.clear();
         let name = canonical_setting(name);
         let value = normalize_setting(&name, value)?;
+        check_may_set(&name, &self.vars.read())?;
         match name.as_str() {
             "transaction_read_only" => {
                 self.set_transaction_read_only(value == "on")?;
@@ -82,10 +95,8 @@ impl Session {
     /// `RESET name`, or `RESET ALL` (`None`): back to the value the
     /// session started with (startup parameters), else the default.
     pub(super) fn reset(&mut self, name: Option<&str>) -> Result<Output> {
-        let mut reset = default_settings(
-            self.engine.limits.max_statement_memory,
-            self.engine.limits.statement_timeout,
-        );
+        self.values.clear();
+        let mut reset = default_settings(self.engine.limits.setting_defaults());
         reset.extend(self.startup_settings.clone());
         let mut vars = self.vars.write();
         match name {

@@ -235,7 +235,7 @@ fn columns(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
                 s(&r.name),
                 s(&c.name),
                 i4(i as i32 + 1),
-                null_s(),
+                c.default.as_deref().map_or_else(null_s, s),
                 s(if c.not_null { "NO" } else { "YES" }),
                 s(data_type(&c.ty)),
             ];

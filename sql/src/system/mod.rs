@@ -142,6 +142,22 @@ pub(crate) struct RelColumn {
     pub name: String,
     pub ty: ColumnType,
     pub not_null: bool,
+    /// The default as `information_schema.columns.column_default` shows it (`'eu'::text`).
+    pub default: Option<String>,
+}
+
+/// A column default's text as PostgreSQL shows the expression: numbers bare, anything else
+/// a quoted literal cast to the column's type (`'eu'::text`).
+fn default_expression(text: &str, ty: ColumnType) -> String {
+    match ty {
+        ColumnType::Int2
+        | ColumnType::Int4
+        | ColumnType::Int8
+        | ColumnType::Float4
+        | ColumnType::Float8
+        | ColumnType::Numeric(_) => text.to_string(),
+        _ => format!("'{}'::{}", text.replace('\'', "''"), ty.sql_name()),
+    }
 }
 
 /// Every relation in `public`: the streams, then Sluice's system views.
@@ -156,17 +172,20 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
                     name: crate::definition::OFFSET_COLUMN.into(),
                     ty: ColumnType::Int8,
                     not_null: true,
+                    default: None,
                 },
                 RelColumn {
                     name: crate::definition::TS_COLUMN.into(),
                     ty: ColumnType::Timestamptz,
                     not_null: true,
+                    default: None,
                 },
             ];
             columns.extend(s.def.columns.iter().map(|c| RelColumn {
                 name: c.name.clone(),
                 ty: c.ty,
                 not_null: c.not_null,
+                default: c.default.as_deref().map(|d| default_expression(d, c.ty)),
             }));
             Relation {
                 oid: s.def.oid as i32,
@@ -196,6 +215,7 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
                     name: c.name.clone(),
                     ty: c.ty,
                     not_null: c.not_null,
+                    default: None,
                 })
                 .collect(),
             rows: -1,
@@ -218,6 +238,7 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
                     name: f.name().clone(),
                     ty: ColumnType::of_arrow(f.data_type()).unwrap_or(ColumnType::Text),
                     not_null: !f.is_nullable(),
+                    default: None,
                 })
                 .collect(),
             rows: 0,

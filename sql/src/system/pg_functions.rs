@@ -250,6 +250,7 @@ fn setting_functions(vars: &SharedVars) -> Vec<ScalarUDF> {
                 if let (Some(n), Some(val)) = (n, val) {
                     let name = crate::settings::canonical_setting(n);
                     crate::settings::validate_setting(&name, val)
+                        .and_then(|()| crate::settings::check_may_set(&name, &vars))
                         .map_err(|e| DataFusionError::External(Box::new(e)))?;
                     vars.settings.insert(name, val.clone());
                 }

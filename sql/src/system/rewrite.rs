@@ -160,33 +160,37 @@ fn parse_expr(sql: &str) -> Option<Expr> {
         .ok()
 }
 
+/// PostgreSQL functions written in terms of DataFusion's: `generate_subscripts`,
+/// `_pg_expandarray`, and `x = ANY($1)` (after the crate's rewrite to `array_has`) with array
+/// text for its parameter.
+fn function_replacement(f: &datafusion::sql::sqlparser::ast::Function) -> Option<Expr> {
+    let name = f
+        .name
+        .0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(|i| i.value.to_ascii_lowercase());
+    let args = function_args(f);
+    match (name.as_deref(), args.as_slice()) {
+        (Some("generate_subscripts"), [a, _dim]) => parse_expr(&format!(
+            "unnest(range(1, CAST(array_length({a}, 1) AS BIGINT) + 1))"
+        )),
+        (Some("_pg_expandarray"), [a]) => {
+            parse_expr(&format!("unnest(pg_expandarray_struct({a}))"))
+        }
+        (Some("array_has" | "array_contains"), [a, x]) if is_placeholder(a) => {
+            parse_expr(&format!("array_has(pg_array_in({a}), {x})"))
+        }
+        _ => None,
+    }
+}
+
 impl VisitorMut for PgFunctionsVisitor {
     type Break = ();
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         let replacement = match expr {
-            Expr::Function(f) => {
-                let name = f
-                    .name
-                    .0
-                    .last()
-                    .and_then(|p| p.as_ident())
-                    .map(|i| i.value.to_ascii_lowercase());
-                let args = function_args(f);
-                match (name.as_deref(), args.as_slice()) {
-                    (Some("generate_subscripts"), [a, _dim]) => parse_expr(&format!(
-                        "unnest(range(1, CAST(array_length({a}, 1) AS BIGINT) + 1))"
-                    )),
-                    (Some("_pg_expandarray"), [a]) => {
-                        parse_expr(&format!("unnest(pg_expandarray_struct({a}))"))
-                    }
-                    // `x = ANY($1)` after the crate's rewrite to array_has
-                    (Some("array_has" | "array_contains"), [a, x]) if is_placeholder(a) => {
-                        parse_expr(&format!("array_has(pg_array_in({a}), {x})"))
-                    }
-                    _ => None,
-                }
-            }
+            Expr::Function(f) => function_replacement(f),
             // `'{1,2,7}'::int[]`: DataFusion casts no string to a list, but casts a list of
             // strings element by element
             Expr::Cast {
