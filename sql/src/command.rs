@@ -120,7 +120,7 @@ pub struct TableWrite {
 
 /// `ALTER STREAM`: new options, a new name, an added or a renamed column for the stream
 /// `stream_id` (refused when `name` is no longer that stream: dropped, or dropped and created
-/// again). An empty `options_json` leaves the options as they are (see [`crate::alter`]).
+/// again). An empty `options_json` leaves the options as they are (see `alter.rs`).
 #[derive(Clone, PartialEq, Message)]
 pub struct AlterStream {
     #[prost(string, tag = "1")]

@@ -339,6 +339,21 @@ mod tests {
         chrono::DateTime::from_timestamp(secs, 0).unwrap()
     }
 
+    /// The value of `sql` for a column of type `ty` at start time `secs`; it must have one.
+    fn value(
+        cache: &mut ValuesCache,
+        state: &SessionState,
+        sql: &str,
+        ty: ColumnType,
+        secs: i64,
+        params: &[ScalarValue],
+    ) -> ScalarValue {
+        cache
+            .value(state, &expr(sql), ty, at(secs), params)
+            .unwrap()
+            .unwrap()
+    }
+
     #[test]
     fn compiles_once_and_evaluates_each_rows_parameters() {
         let ctx = SessionContext::new();
@@ -379,15 +394,22 @@ mod tests {
         let ctx = SessionContext::new();
         let state = ctx.state();
         let mut cache = ValuesCache::default();
-        let e = expr("now()");
-        let first = cache
-            .value(&state, &e, ColumnType::Timestamptz, at(1_000), &[])
-            .unwrap()
-            .unwrap();
-        let second = cache
-            .value(&state, &e, ColumnType::Timestamptz, at(2_000), &[])
-            .unwrap()
-            .unwrap();
+        let first = value(
+            &mut cache,
+            &state,
+            "now()",
+            ColumnType::Timestamptz,
+            1_000,
+            &[],
+        );
+        let second = value(
+            &mut cache,
+            &state,
+            "now()",
+            ColumnType::Timestamptz,
+            2_000,
+            &[],
+        );
         assert_eq!(
             first,
             ScalarValue::TimestampMicrosecond(Some(1_000_000_000), Some("UTC".into()))
@@ -404,15 +426,8 @@ mod tests {
         let ctx = SessionContext::new();
         let state = ctx.state();
         let mut cache = ValuesCache::default();
-        let e = expr("random()");
         let values: std::collections::HashSet<String> = (0..20)
-            .map(|_| {
-                cache
-                    .value(&state, &e, ColumnType::Float8, at(0), &[])
-                    .unwrap()
-                    .unwrap()
-                    .to_string()
-            })
+            .map(|_| value(&mut cache, &state, "random()", ColumnType::Float8, 0, &[]).to_string())
             .collect();
         assert!(values.len() > 1, "random() was evaluated once: {values:?}");
         assert_eq!(cache.compilations(), 1);
@@ -455,10 +470,7 @@ mod tests {
             assert!(cache.entries.len() <= MAX_ENTRIES);
         }
         let long = format!("length('{}')", "x".repeat(MAX_TEXT_BYTES));
-        let v = cache
-            .value(&state, &expr(&long), ColumnType::Int8, at(0), &[])
-            .unwrap()
-            .unwrap();
+        let v = value(&mut cache, &state, &long, ColumnType::Int8, 0, &[]);
         assert_eq!(v, ScalarValue::Int64(Some(MAX_TEXT_BYTES as i64)));
         assert!(cache.entries.len() <= MAX_ENTRIES);
     }

@@ -45,7 +45,7 @@ impl Session {
     }
 
     /// How many VALUES expressions this session has compiled (see
-    /// [`crate::compiled_values`]): an INSERT run again compiles none.
+    /// `compiled_values.rs`): an INSERT run again compiles none.
     pub fn compiled_expressions(&self) -> u64 {
         self.values.compilations()
     }
