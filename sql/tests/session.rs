@@ -1982,6 +1982,22 @@ async fn a_prepared_insert_compiles_its_expressions_once() {
         .await,
         table(&[&["1", "2"]])
     );
+    // a table's INSERT takes the same path
+    script(
+        &mut s,
+        "CREATE TABLE ct (id bigint PRIMARY KEY, label text)",
+    )
+    .await;
+    let before = s.compiled_expressions();
+    let t = one_statement("INSERT INTO ct VALUES ($1, lower($2))");
+    for i in 0..3 {
+        run_parsed(&mut s, &t, &run(i)).await.expect("table insert");
+    }
+    assert_eq!(s.compiled_expressions(), before + 1);
+    assert_eq!(
+        rows(&mut s, "SELECT id, label FROM ct ORDER BY id").await,
+        table(&[&["0", "v0"], &["1", "v1"], &["2", "v2"]])
+    );
     let before = s.compiled_expressions();
     ok(&mut s, "SET application_name = 'again'").await;
     run_parsed(&mut s, &p, &run(9))

@@ -154,9 +154,11 @@ impl Session {
         })
     }
 
-    /// Rows an INSERT provides, as full rows of the table.
+    /// Rows an INSERT provides, as full rows of the table. VALUES of literals, parameters and
+    /// expressions that read no relation are evaluated as a stream INSERT's are (expressions
+    /// compiled once per session); anything else is run as a query.
     async fn insert_rows(
-        &self,
+        &mut self,
         table: &Table,
         ins: &sqlparser::ast::Insert,
         params: &[ScalarValue],
@@ -164,6 +166,9 @@ impl Session {
         let targets = table_targets(table, ins)?;
         let types = &table.types;
         let mut out = Vec::new();
+        // the statement's start time (now()), taken when an expression first needs it
+        let mut start = None;
+        let state = self.ctx.state_ref();
         let simple = values_rows(ins).and_then(|rows| {
             let mut vals = Vec::with_capacity(rows.len());
             for row in rows {
@@ -172,7 +177,14 @@ impl Session {
                 }
                 let mut r = Vec::with_capacity(row.len());
                 for (e, &t) in row.iter().zip(&targets) {
-                    match insert::eval_simple(e, types[t], params)? {
+                    let value = match insert::eval_simple(e, types[t], params) {
+                        Some(v) => Some(v),
+                        None => {
+                            let start = *start.get_or_insert_with(chrono::Utc::now);
+                            self.values.value(&state.read(), e, types[t], start, params)
+                        }
+                    };
+                    match value? {
                         Ok(v) => match types[t].coerce(v) {
                             Ok(v) => r.push(v),
                             Err(e) => return Some(Err(e)),
