@@ -91,10 +91,15 @@ impl Stream {
         }
     }
 
+    /// User column `i`'s default (`None`: NULL).
+    pub fn default_value(&self, i: usize) -> Option<&ScalarValue> {
+        self.defaults.get(i)?.as_ref()
+    }
+
     /// `n` rows of user column `i` for rows that did not give it: its default, or NULL.
     pub fn missing_column(&self, i: usize, n: usize) -> Result<ArrayRef> {
         let ty = self.user_schema.field(i).data_type();
-        match self.defaults.get(i).cloned().flatten() {
+        match self.default_value(i) {
             Some(v) => {
                 let a = v.to_array_of_size(n)?;
                 Ok(if a.data_type() == ty {

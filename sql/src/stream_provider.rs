@@ -52,8 +52,9 @@ impl StreamTable {
             .def
             .columns
             .iter()
-            .filter_map(|c| {
-                let v = c.default.as_deref().and_then(|t| c.ty.parse_text(t).ok())?;
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let v = stream.default_value(i)?.clone();
                 Some((c.name.clone(), datafusion::logical_expr::lit(v)))
             })
             .collect();
