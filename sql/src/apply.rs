@@ -35,11 +35,13 @@ use sluice_storage::{StreamCheckpoint, StreamLog, StreamLogOptions};
 
 use crate::catalog::{Catalog, Stream};
 use crate::command::{op, Command, CommandResult, OpOutcome};
-use crate::definition::{StreamDef, TableDef, CONSUMER_OFFSETS};
+use crate::definition::{StreamDef, TableDef, ViewDef, CONSUMER_OFFSETS};
 use crate::error::{sqlstate, Error};
 use crate::roles::{CatalogView, RoleChange, Roles};
 use crate::table::store::{TableStore, TableVersions, Write};
 use crate::table::{write_kind, Table};
+
+mod views;
 
 /// Where checkpoints were kept before tables (read once, then removed).
 const LEGACY_CHECKPOINT_FILE: &str = "checkpoint.json";
@@ -68,6 +70,9 @@ struct CheckpointFile {
     /// Roles, owners and grants (absent from data directories made before roles).
     #[serde(default)]
     roles: Roles,
+    /// Views (absent from data directories made before views).
+    #[serde(default)]
+    views: Vec<ViewDef>,
 }
 
 /// What a Raft snapshot of the database carries: the checkpoint record, every table's rows
@@ -240,6 +245,7 @@ impl Database {
             table_versions: self.tables.versions(),
             snapshot_point: self.snapshot_point.filter(|(i, _)| *i == index),
             roles: (*self.catalog.roles()).clone(),
+            views: self.catalog.views().iter().map(|v| v.def.clone()).collect(),
         };
         let bytes = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
         self.tables
@@ -601,7 +607,8 @@ impl Database {
                     .catalog
                     .get(name)
                     .map(|s| s.def.id)
-                    .or_else(|| self.catalog.table(name).map(|t| t.def.id)),
+                    .or_else(|| self.catalog.table(name).map(|t| t.def.id))
+                    .or_else(|| self.catalog.view(name).map(|v| v.def.id)),
             }
         };
         for o in &cmd.ops {
@@ -628,6 +635,12 @@ impl Database {
                     }
                 }
                 Some(op::Kind::TableWrite(_)) | Some(op::Kind::RoleChange(_)) => {}
+                Some(op::Kind::CreateView(c)) => {
+                    let replaces = self.validate_create_view(c, &|n| exists(&overlay, n))?;
+                    if !replaces {
+                        overlay.insert(&c.name, Some(0));
+                    }
+                }
                 Some(op::Kind::DropRelation(d)) => {
                     if d.name == CONSUMER_OFFSETS {
                         return Err(Error::new(
@@ -640,6 +653,7 @@ impl Database {
                             return Err(Error::undefined_table(&d.name));
                         }
                     } else {
+                        self.validate_drop(d, cmd)?;
                         overlay.insert(&d.name, None);
                     }
                 }
@@ -654,6 +668,7 @@ impl Database {
                     check_target(id, &a.name, a.stream_id)?;
                     if let Some(stream) = self.catalog.get(&a.name) {
                         crate::alter::new_definition(&stream, a)?;
+                        self.check_no_dependents(a)?;
                     }
                     if !a.new_name.is_empty() && a.new_name != a.name {
                         if exists(&overlay, &a.new_name).is_some() {
@@ -698,6 +713,7 @@ impl Database {
                 Some(op::Kind::Truncate(t)) => self.truncate(index, t)?,
                 Some(op::Kind::RoleChange(r)) => self.change_roles(r),
                 Some(op::Kind::AlterStream(a)) => self.alter_stream(a),
+                Some(op::Kind::CreateView(c)) => self.create_view(index, i, c)?,
                 None => Err(Error::internal("empty op in command")),
             };
             match outcome {
@@ -808,6 +824,7 @@ impl Database {
                 .filter(|t| t.def.name != CONSUMER_OFFSETS)
                 .map(|t| t.def.name.clone()),
         );
+        all.extend(self.catalog.views().iter().map(|v| v.def.name.clone()));
         let view = CatalogView {
             exists: &exists,
             all_relations: all,
@@ -823,6 +840,13 @@ impl Database {
     /// `DROP STREAM` / `DROP TABLE` (either drops either): a stream's
     /// files go after a checkpoint that no longer names them.
     fn drop_relation(&mut self, index: u64, d: crate::command::DropRelation) -> Applied {
+        if d.cascade {
+            self.drop_dependents(&d.name);
+        }
+        if self.catalog.view(&d.name).is_some() {
+            self.drop_view(&d.name);
+            return Ok(Ok(OpOutcome::Dropped { existed: true }));
+        }
         if self.catalog.exists(&d.name) {
             let mut roles = (*self.catalog.roles()).clone();
             roles.dropped(&d.name);
@@ -943,6 +967,9 @@ fn load_catalog(
     let streams_dir = dir.join(STREAMS_DIR);
     catalog.insert_table(Arc::new(Table::new(TableDef::consumer_offsets())));
     catalog.set_roles(cp.roles.clone());
+    for def in &cp.views {
+        catalog.insert_view(Arc::new(crate::views::parse(def.clone())?));
+    }
     for def in &cp.tables {
         catalog.insert_table(Arc::new(Table::new(def.clone())));
     }

@@ -5,7 +5,8 @@
 //! while applying a committed command, so every replica holds the same
 //! catalog at the same applied index. Sessions read it concurrently: a
 //! [`Stream`] handle stays valid (and readable) even if the stream is
-//! dropped while a query runs. The catalog also holds the [`Roles`] (replaced whole by
+//! dropped while a query runs. Views ([`View`]) share the one namespace of relations.
+//! The catalog also holds the [`Roles`] (replaced whole by
 //! each applied role change, so a reader sees one consistent version).
 
 use std::collections::BTreeMap;
@@ -19,7 +20,7 @@ use parking_lot::RwLock;
 use sluice_storage::StreamLog;
 use tokio::sync::watch;
 
-use crate::definition::StreamDef;
+use crate::definition::{StreamDef, View};
 use crate::error::Result;
 use crate::roles::Roles;
 use crate::table::Table;
@@ -177,6 +178,7 @@ fn column_defaults(def: &StreamDef) -> Vec<Option<ScalarValue>> {
 pub struct Catalog {
     streams: RwLock<BTreeMap<String, Arc<Stream>>>,
     tables: RwLock<BTreeMap<String, Arc<Table>>>,
+    views: RwLock<BTreeMap<String, Arc<View>>>,
     /// Bumped on every DDL change, so cached plans can tell they are stale.
     version: AtomicU64,
     restoring: std::sync::atomic::AtomicBool,
@@ -190,6 +192,7 @@ impl Default for Catalog {
         Catalog {
             streams: RwLock::default(),
             tables: RwLock::default(),
+            views: RwLock::default(),
             version: AtomicU64::new(0),
             restoring: std::sync::atomic::AtomicBool::new(false),
             restores: watch::channel(0).0,
@@ -251,6 +254,7 @@ impl Catalog {
         self.restoring.store(true, Ordering::Release);
         let old = std::mem::take(&mut *self.streams.write());
         self.tables.write().clear();
+        self.views.write().clear();
         self.version.fetch_add(1, Ordering::AcqRel);
         for s in old.values() {
             s.advanced.send_modify(|_| {});
@@ -319,9 +323,43 @@ impl Catalog {
             .cloned()
     }
 
-    /// Whether a stream or table has this name.
+    /// Whether a stream, table or view has this name.
     pub fn exists(&self, name: &str) -> bool {
-        self.get(name).is_some() || self.table(name).is_some()
+        self.get(name).is_some() || self.table(name).is_some() || self.view(name).is_some()
+    }
+
+    pub fn view(&self, name: &str) -> Option<Arc<View>> {
+        self.views.read().get(name).cloned()
+    }
+
+    pub fn has_views(&self) -> bool {
+        !self.views.read().is_empty()
+    }
+
+    pub fn views(&self) -> Vec<Arc<View>> {
+        self.views.read().values().cloned().collect()
+    }
+
+    /// The views that read `name` directly, by name.
+    pub fn dependents(&self, name: &str) -> Vec<String> {
+        self.views
+            .read()
+            .values()
+            .filter(|v| v.def.depends_on.iter().any(|d| d == name))
+            .map(|v| v.def.name.clone())
+            .collect()
+    }
+
+    /// Adds `view`, or replaces the view of that name (`CREATE OR REPLACE VIEW`).
+    pub(crate) fn insert_view(&self, view: Arc<View>) {
+        self.views.write().insert(view.def.name.clone(), view);
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn remove_view(&self, name: &str) -> Option<Arc<View>> {
+        let removed = self.views.write().remove(name);
+        self.version.fetch_add(1, Ordering::AcqRel);
+        removed
     }
 
     pub(crate) fn insert_table(&self, table: Arc<Table>) {

@@ -39,7 +39,7 @@ pub struct TableRead {
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Op {
-    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
+    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9")]
     pub kind: Option<op::Kind>,
 }
 
@@ -62,6 +62,8 @@ pub mod op {
         RoleChange(super::RoleChange),
         #[prost(message, tag = "8")]
         AlterStream(super::AlterStream),
+        #[prost(message, tag = "9")]
+        CreateView(super::CreateView),
     }
 }
 
@@ -147,13 +149,35 @@ pub struct AlterStream {
     pub rename_column_to: String,
 }
 
-/// Drops a stream or a table of that name.
+/// Drops a stream or a table of that name (`view`: a view, and only a view).
 #[derive(Clone, PartialEq, Message)]
 pub struct DropRelation {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(bool, tag = "2")]
     pub if_exists: bool,
+    /// Views that read it (and views over those) are dropped too; without it they make the
+    /// drop fail (2BP01).
+    #[prost(bool, tag = "3")]
+    pub cascade: bool,
+    #[prost(bool, tag = "4")]
+    pub view: bool,
+}
+
+/// `CREATE [OR REPLACE] VIEW`: apply checks that the relations it reads exist and that it
+/// reads no view that reads it.
+#[derive(Clone, PartialEq, Message)]
+pub struct CreateView {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// JSON of a `ViewDef` without its id and OID.
+    #[prost(string, tag = "2")]
+    pub definition_json: String,
+    #[prost(bool, tag = "3")]
+    pub or_replace: bool,
+    /// The creating role, which will own it; empty: a superuser outside the roles.
+    #[prost(string, tag = "4")]
+    pub owner: String,
 }
 
 #[derive(Clone, PartialEq, Message)]

@@ -141,3 +141,34 @@ impl TableDef {
         }
     }
 }
+
+/// A view: a stored query, the columns it had when it was created and the relations it reads
+/// (see [`crate::views`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewDef {
+    /// Like stream ids: from the creating Raft index, unique forever.
+    pub id: u64,
+    pub oid: u32,
+    pub name: String,
+    /// The query as the session parsed it, printed back (what `pg_get_viewdef` shows).
+    pub query: String,
+    /// Output columns: names as PostgreSQL gives them (or as `CREATE VIEW v (a, b)` lists
+    /// them) and types; never NOT NULL, never a default.
+    pub columns: Vec<ColumnDef>,
+    /// The streams, tables and views the query reads, by name.
+    pub depends_on: Vec<String>,
+}
+
+/// A view in the catalog: its definition and its query, parsed once (by
+/// [`crate::views::parse`]).
+#[derive(Debug)]
+pub struct View {
+    pub def: ViewDef,
+    pub query: Box<datafusion::sql::sqlparser::ast::Query>,
+}
+
+impl View {
+    pub fn name(&self) -> &str {
+        &self.def.name
+    }
+}

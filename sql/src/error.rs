@@ -62,8 +62,10 @@ pub mod sqlstate {
     pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
     pub const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
     pub const UNDEFINED_PARAMETER: &str = "42704";
+    pub const UNDEFINED_PARAMETER_REFERENCE: &str = "42P02";
     pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
     pub const INVALID_TABLE_DEFINITION: &str = "42P16";
+    pub const INVALID_OBJECT_DEFINITION: &str = "42P17";
     pub const DUPLICATE_CURSOR: &str = "42P03";
     pub const GENERATED_ALWAYS: &str = "428C9";
     pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";

@@ -49,6 +49,7 @@ pub mod tail;
 pub mod types;
 pub mod units;
 pub mod value_size;
+pub mod views;
 
 pub use engine::{Engine, EngineConfig, Limits};
 pub use error::{Error, Result};

@@ -63,6 +63,7 @@ mod returning;
 mod transaction;
 mod udfs;
 mod variables;
+mod views;
 
 use append::insert_target;
 use cursor::CursorEntry;
@@ -393,6 +394,7 @@ impl Session {
     async fn execute_inner(&mut self, p: &Parsed, params: &[ScalarValue]) -> Result<Output> {
         self.enter_statement(p)?;
         self.check_privileges(p)?;
+        self.refuse_write_to_view(p)?;
         self.read_barrier(p).await?;
         match p {
             Parsed::Query(stmt) => Box::pin(self.query(stmt, params)).await,
@@ -412,6 +414,7 @@ impl Session {
             Parsed::CreateTable { .. }
             | Parsed::CreateStream { .. }
             | Parsed::DropRelation { .. }
+            | Parsed::CreateView { .. }
             | Parsed::AlterCluster(_)
             | Parsed::AlterStream { .. } => self.ddl(p).await,
             Parsed::Roles(change) => self.change_roles(change).await,

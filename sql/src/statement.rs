@@ -43,12 +43,24 @@ pub enum Parsed {
         def: TableDef,
         if_not_exists: bool,
     },
-    /// `DROP STREAM` / `DROP TABLE` (either drops a stream or a table).
+    /// `DROP STREAM` / `DROP TABLE` (either drops a stream or a table) / `DROP VIEW`.
     DropRelation {
         names: Vec<String>,
         if_exists: bool,
         /// Written as DROP STREAM (the command tag says which).
         stream: bool,
+        /// `DROP VIEW`: drops views only (and the others drop no view).
+        view: bool,
+        /// Views over what is dropped go too.
+        cascade: bool,
+    },
+    /// `CREATE [OR REPLACE] VIEW name [(columns)] AS query`.
+    CreateView {
+        name: String,
+        /// The names `(a, b)` give the first columns; empty: PostgreSQL's names.
+        columns: Vec<String>,
+        query: Box<sqlparser::ast::Query>,
+        or_replace: bool,
     },
     Delete(Box<sqlparser::ast::Delete>),
     Update(Box<sqlparser::ast::Update>),
@@ -547,15 +559,19 @@ pub(crate) fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         Statement::CreateTable(ct) if !is_stream => classify_create_table(&ct)?,
         Statement::CreateTable(ct) => classify_create_stream(&ct)?,
         Statement::Drop {
-            object_type: ObjectType::Table,
+            object_type: object_type @ (ObjectType::Table | ObjectType::View),
             if_exists,
             names,
+            cascade,
             ..
         } => Parsed::DropRelation {
             names: names.iter().map(object_name).collect(),
             if_exists,
             stream: is_stream,
+            view: object_type == ObjectType::View,
+            cascade,
         },
+        Statement::CreateView(cv) => classify_create_view(cv)?,
         Statement::Delete(d) => Parsed::Delete(Box::new(d)),
         Statement::Update(u) => Parsed::Update(Box::new(u)),
         Statement::StartTransaction { modes, .. } => Parsed::Begin {
@@ -644,6 +660,54 @@ pub(crate) fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         Statement::Grant(g) => roles::classify_grant(&g)?,
         Statement::Revoke(r) => roles::classify_revoke(&r)?,
         other => refuse(&other),
+    })
+}
+
+/// `CREATE [OR REPLACE] VIEW name [(a, b)] AS query`; what only other databases' views have
+/// (materialized, temporary, options, IF NOT EXISTS) is refused.
+fn classify_create_view(cv: sqlparser::ast::CreateView) -> Result<Parsed> {
+    let refused = [
+        (cv.materialized, "CREATE MATERIALIZED VIEW is not supported"),
+        (cv.temporary, "CREATE TEMPORARY VIEW is not supported"),
+        (
+            cv.or_alter || cv.secure || cv.copy_grants,
+            "this form of CREATE VIEW is not supported",
+        ),
+        (
+            cv.if_not_exists,
+            "CREATE VIEW IF NOT EXISTS is not supported (CREATE OR REPLACE VIEW is)",
+        ),
+        (
+            !matches!(cv.options, sqlparser::ast::CreateTableOptions::None),
+            "view options (WITH ...) are not supported",
+        ),
+        (
+            cv.to.is_some() || cv.params.is_some() || cv.with_no_schema_binding,
+            "this form of CREATE VIEW is not supported",
+        ),
+        (
+            !cv.cluster_by.is_empty() || cv.comment.is_some(),
+            "this form of CREATE VIEW is not supported",
+        ),
+        (
+            cv.columns
+                .iter()
+                .any(|c| c.data_type.is_some() || c.options.is_some()),
+            "types or options in a view's column list are not supported",
+        ),
+    ];
+    if let Some((_, what)) = refused.iter().find(|(r, _)| *r) {
+        return Err(Error::unsupported(*what));
+    }
+    Ok(Parsed::CreateView {
+        name: object_name(&cv.name),
+        columns: cv
+            .columns
+            .iter()
+            .map(|c| normalize_ident(&c.name))
+            .collect(),
+        query: cv.query,
+        or_replace: cv.or_replace,
     })
 }
 

@@ -359,7 +359,10 @@ impl Tail {
             }]),
             interpolate: None,
         });
-        let stmt = Statement::Query(Box::new(q));
+        let mut stmt = Statement::Query(Box::new(q));
+        if self.catalog.has_views() {
+            crate::views::expand(&mut stmt, &|n| self.catalog.view(n))?;
+        }
         let mut plan = self
             .ctx
             .state()

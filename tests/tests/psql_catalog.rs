@@ -25,6 +25,10 @@ SELECT offset, customer, amount FROM orders WHERE offset = 1;
 \timing
 SELECT count(*) AS n FROM orders;
 \timing
+\echo == dv
+\dv
+\echo == d+ ov
+\d+ ov
 \echo == done
 ";
 
@@ -69,6 +73,11 @@ async fn psql_describe_commands() {
     )
     .await;
     exec(&client, "CREATE STREAM clicks (url text)").await;
+    exec(
+        &client,
+        "CREATE VIEW ov (who, amount) AS SELECT customer, amount FROM orders",
+    )
+    .await;
     exec(
         &client,
         "INSERT INTO orders (customer, amount) VALUES ('ann', 10.5), ('bob', 3)",
@@ -168,6 +177,19 @@ async fn psql_describe_commands() {
     has(x, "customer | bob", "\\x");
     has(x, "amount | 3.00", "\\x");
     has(x, "Expanded display is off.", "\\x off");
+
+    // a user's view is listed by \dv (with Sluice's own) and described with its query
+    let dv = section(&lines, "dv");
+    has(dv, "public | ov | view | sluice", "\\dv");
+    assert!(
+        !dt.iter().any(|l| l.contains("| ov ")),
+        "\\dt lists no view: {dt:?}"
+    );
+    let dov = section(&lines, "d+ ov");
+    has(dov, "View \"public.ov\"", "\\d+ ov title");
+    has(dov, "who | text | | | | extended |", "\\d+ ov column");
+    has(dov, "View definition:", "\\d+ ov definition");
+    has(dov, "SELECT customer, amount FROM orders;", "\\d+ ov query");
 
     let timing = section(&lines, "timing");
     has(timing, "Timing is on.", "\\timing");

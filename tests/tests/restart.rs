@@ -258,6 +258,15 @@ async fn an_altered_stream_survives(how: Stop, checkpoint_entries: &str) {
     .await;
     exec(&client, "ALTER STREAM sales RENAME COLUMN v TO amount").await;
     exec(&client, "INSERT INTO sales VALUES ('o5', 5, 'us')").await;
+    // views (and a dropped one) come back from the log and from the checkpoint
+    exec(
+        &client,
+        "CREATE VIEW big AS SELECT id, amount FROM sales WHERE amount >= 3",
+    )
+    .await;
+    exec(&client, "CREATE VIEW big_ids (i) AS SELECT id FROM big").await;
+    exec(&client, "CREATE VIEW gone AS SELECT 1 AS one").await;
+    exec(&client, "DROP VIEW gone").await;
     drop(client);
     stop(&mut server, how).await;
     server.restart().await;
@@ -299,6 +308,20 @@ async fn an_altered_stream_survives(how: Stop, checkpoint_entries: &str) {
             vec!["o5".to_string(), "5".into(), "us".into()]
         ],
         "{how:?}: columns after restart"
+    );
+    assert_eq!(
+        text_rows(&client, "SELECT i FROM big_ids ORDER BY i").await,
+        vec![vec!["o3".to_string()], vec!["o4".into()], vec!["o5".into()]],
+        "{how:?}: a view over a view after restart"
+    );
+    assert_eq!(
+        text_rows(
+            &client,
+            "SELECT viewname FROM pg_views WHERE viewname NOT LIKE 'sluice%' ORDER BY 1"
+        )
+        .await,
+        vec![vec!["big".to_string()], vec!["big_ids".into()]],
+        "{how:?}: views after restart"
     );
 }
 

@@ -165,8 +165,10 @@ impl Session {
         let mut state = self.ctx.state();
         let collector = Arc::new(InsertCollector::default());
         state.config_mut().set_extension(collector.clone());
+        let mut stmt = Statement::Insert(ins);
+        self.expand_views(&mut stmt)?;
         let mut plan = state
-            .statement_to_plan(DFStatement::Statement(Box::new(Statement::Insert(ins))))
+            .statement_to_plan(DFStatement::Statement(Box::new(stmt)))
             .await?;
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;

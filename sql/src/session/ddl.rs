@@ -32,7 +32,23 @@ impl Session {
                 names,
                 if_exists,
                 stream,
-            } => self.drop_relations(names, *if_exists, *stream).await,
+                view,
+                cascade,
+            } => {
+                let tag = match (view, stream) {
+                    (true, _) => "DROP VIEW",
+                    (false, true) => "DROP STREAM",
+                    (false, false) => "DROP TABLE",
+                };
+                self.drop_relations(names, *if_exists, *view, *cascade, tag)
+                    .await
+            }
+            Parsed::CreateView {
+                name,
+                columns,
+                query,
+                or_replace,
+            } => self.create_view(name, columns, query, *or_replace).await,
             Parsed::AlterCluster(change) => self.alter_cluster(change).await,
             Parsed::AlterStream {
                 name,
@@ -64,12 +80,14 @@ impl Session {
         self.run_ddl(vec![kind], "CREATE STREAM").await
     }
 
-    /// `DROP STREAM` / `DROP TABLE`: one command drops them all.
+    /// `DROP STREAM` / `DROP TABLE` / `DROP VIEW`: one command drops them all.
     async fn drop_relations(
         &mut self,
         names: &[String],
         if_exists: bool,
-        stream: bool,
+        view: bool,
+        cascade: bool,
+        tag: &str,
     ) -> Result<Output> {
         let kinds = names
             .iter()
@@ -77,10 +95,11 @@ impl Session {
                 op::Kind::DropRelation(DropRelation {
                     name: n.clone(),
                     if_exists,
+                    cascade,
+                    view,
                 })
             })
             .collect();
-        let tag = if stream { "DROP STREAM" } else { "DROP TABLE" };
         self.run_ddl(kinds, tag).await
     }
 
@@ -99,6 +118,12 @@ impl Session {
             "ALTER TABLE"
         };
         let Some(stream) = self.engine.catalog.get(name) else {
+            if self.engine.catalog.view(name).is_some() {
+                return Err(Error::new(
+                    sqlstate::WRONG_OBJECT_TYPE,
+                    format!("\"{name}\" is a view: views cannot be altered (CREATE OR REPLACE VIEW can change one)"),
+                ));
+            }
             if self.table(name).is_some() {
                 return Err(Error::unsupported(format!(
                     "ALTER TABLE is not supported on table \"{name}\" yet (only streams can be altered)"

@@ -89,6 +89,16 @@ impl Session {
                     Err(denied("permission denied for schema public"))
                 }
             }
+            // the creator must be able to read what the view reads (checked once, here)
+            Parsed::CreateView { query, name, .. } => {
+                if !roles.can_create_in_public(&role) {
+                    return Err(denied("permission denied for schema public"));
+                }
+                if self.engine.catalog.view(name).is_some() && !roles.owns(&role, name) {
+                    return Err(denied(format!("must be owner of view {name}")));
+                }
+                check.reads(&Statement::Query(query.clone()), None)
+            }
             Parsed::AlterStream { name, .. } => {
                 if self.engine.catalog.exists(name) && !roles.owns(&role, name) {
                     return Err(denied(format!("must be owner of table {name}")));

@@ -37,7 +37,8 @@ impl Session {
         reservation.try_grow(bytes)?;
         let state = self.ctx.state();
         let in_place = bytes == 0;
-        let stmt = self.explained_insert_columns(with_unique_names(stmt));
+        let mut stmt = self.explained_insert_columns(with_unique_names(stmt));
+        self.expand_views(&mut stmt)?;
         let stmt = DFStatement::Statement(Box::new(stmt));
         if in_place {
             return Ok((state.statement_to_plan(stmt).await?, reservation));

@@ -278,7 +278,7 @@ fn views(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
             s(db),
             s(r.schema),
             s(&r.name),
-            s("(Sluice system view)"),
+            s(r.definition.as_deref().unwrap_or("(Sluice system view)")),
             s("NONE"),
             s("NO"),
             s("NO"),

@@ -115,7 +115,7 @@ pub(crate) struct Relation {
     pub schema: &'static str,
     pub namespace: i32,
     pub name: String,
-    /// `r` (stream or table) or `v` (system view).
+    /// `r` (stream or table) or `v` (a view, Sluice's or a user's).
     pub kind: &'static str,
     pub columns: Vec<RelColumn>,
     /// Row count estimate (exact for streams, -1 unknown for tables).
@@ -123,6 +123,8 @@ pub(crate) struct Relation {
     /// Primary key: attribute numbers (1-based) and the index's OID.
     pub key: Vec<i16>,
     pub index_oid: i32,
+    /// A user view's query (`pg_get_viewdef`); `None` for everything else.
+    pub definition: Option<String>,
 }
 
 impl Relation {
@@ -160,7 +162,8 @@ fn default_expression(text: &str, ty: ColumnType) -> String {
     }
 }
 
-/// Every relation in `public`: the streams, then Sluice's system views.
+/// Every relation in `public`: the streams, tables and views by name, then Sluice's system
+/// views.
 pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
     let mut out: Vec<Relation> = engine
         .catalog()
@@ -197,6 +200,7 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
                 rows: (s.log.next_offset() - s.log.first_offset()) as i64,
                 key: vec![],
                 index_oid: 0,
+                definition: None,
             }
         })
         .collect();
@@ -221,6 +225,31 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
             rows: -1,
             key: t.def.primary_key.iter().map(|&i| i as i16 + 1).collect(),
             index_oid: t.def.index_oid as i32,
+            definition: None,
+        }
+    }));
+    out.extend(engine.catalog().views().iter().map(|v| {
+        Relation {
+            oid: v.def.oid as i32,
+            schema: "public",
+            namespace: NAMESPACE_PUBLIC,
+            name: v.def.name.clone(),
+            kind: "v",
+            columns: v
+                .def
+                .columns
+                .iter()
+                .map(|c| RelColumn {
+                    name: c.name.clone(),
+                    ty: c.ty,
+                    not_null: false,
+                    default: None,
+                })
+                .collect(),
+            rows: 0,
+            key: vec![],
+            index_oid: 0,
+            definition: Some(format!("{};", v.def.query)),
         }
     }));
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -244,6 +273,7 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
             rows: 0,
             key: vec![],
             index_oid: 0,
+            definition: None,
         });
     }
     out

@@ -24,6 +24,7 @@ const OWN: &[&str] = &[
     "pg_attribute",
     "pg_database",
     "pg_tables",
+    "pg_views",
     "pg_stat_user_tables",
     "pg_settings",
     "pg_user",
@@ -71,6 +72,7 @@ impl PgCatalog {
             "pg_attribute" => pg_attribute(&rels),
             "pg_database" => pg_database(&vars.database),
             "pg_tables" => pg_tables(&rels, &who),
+            "pg_views" => pg_views(&rels, &who),
             "pg_stat_user_tables" => pg_stat_user_tables(&rels),
             "pg_settings" => pg_settings(&vars.settings),
             "pg_user" => super::roles::pg_user(&who),
@@ -385,6 +387,25 @@ fn pg_tables(rels: &[Relation], who: &super::roles::Who) -> DFResult<Arc<dyn Tab
             b(false),
             b(false),
             b(false),
+        ]);
+    }
+    t.build()
+}
+
+/// Every view in `public`: the users' (with their query) and Sluice's own.
+fn pg_views(rels: &[Relation], who: &super::roles::Who) -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = TableBuilder::new(text_fields(&[
+        "schemaname",
+        "viewname",
+        "viewowner",
+        "definition",
+    ]));
+    for r in rels.iter().filter(|r| r.kind == "v") {
+        t.row(vec![
+            s(r.schema),
+            s(&r.name),
+            s(who.owner_name(&r.name)),
+            r.definition.as_deref().map_or_else(null_s, s),
         ]);
     }
     t.build()

@@ -298,6 +298,30 @@ fn relation_functions(
             }))))
         },
     ));
+    let e = engine.clone();
+    out.push(udf(
+        "pg_get_viewdef",
+        TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
+        DataType::Utf8,
+        Volatility::Stable,
+        move |args, _| {
+            let rels = e.upgrade().map(|e| relations(&*e)).unwrap_or_default();
+            let by_name = matches!(args[0].data_type(), DataType::Utf8 | DataType::LargeUtf8);
+            let keys = texts(args, 0)?;
+            Ok(Arc::new(StringArray::from_iter(keys.iter().map(|k| {
+                let k = k.as_deref()?;
+                let r = if by_name {
+                    let (schema, name) = split_qualified(k);
+                    rels.iter()
+                        .find(|r| r.name == name && schema.is_none_or(|s| s == r.schema))
+                } else {
+                    let oid: i32 = k.parse().ok()?;
+                    rels.iter().find(|r| r.oid == oid)
+                };
+                r?.definition.clone()
+            }))))
+        },
+    ));
     // Primary keys are the only indexes and constraints.
     for (name, index) in [("pg_get_indexdef", true), ("pg_get_constraintdef", false)] {
         let e = engine.clone();
@@ -499,6 +523,11 @@ fn catalog_functions(type_oids: &Arc<HashMap<String, i32>>) -> Vec<ScalarUDF> {
         ),
         // No column is backed by a sequence.
         always_null("pg_get_serial_sequence", TypeSignature::Any(2)),
+        // views are expanded by Sluice, not by rules: there are none to show
+        always_null(
+            "pg_get_ruledef",
+            TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
+        ),
         udf(
             "pg_like_escape",
             TypeSignature::Exact(vec![DataType::Utf8, DataType::Utf8]),
