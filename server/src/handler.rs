@@ -1048,14 +1048,14 @@ impl Backend {
             };
         }
         let values = bind_params(&portal)?;
-        let key = Arc::as_ptr(&portal.state) as usize;
+        let key = sluice_sql::session::PortalKey::of(&portal.state);
         let session = session_of(client)?;
         let mut s = session.lock().await;
         let parsed = &portal.statement.statement.parsed;
         let fetched = unless_closed(
             client,
             raw,
-            Box::pin(s.portal_fetch(key, parsed, &values, max_rows)),
+            Box::pin(s.portal_fetch(&key, parsed, &values, max_rows)),
         )
         .await?;
         let ctx = output_context(&s);

@@ -67,6 +67,7 @@ mod views;
 
 use append::insert_target;
 use cursor::CursorEntry;
+pub use cursor::PortalKey;
 use transaction::Txn;
 use udfs::{pg_notify_udf, session_udfs, NotifyState};
 
@@ -153,7 +154,7 @@ pub struct Session {
     dispatcher: Option<notify::Dispatcher>,
     cursors: HashMap<String, CursorEntry>,
     /// Tails behind row-limited portals of the extended protocol.
-    portal_tails: HashMap<usize, Tail>,
+    portal_tails: HashMap<usize, (std::sync::Weak<dyn std::any::Any + Send + Sync>, Tail)>,
     cancel: watch::Receiver<u64>,
     _cancel_tx: watch::Sender<u64>,
     /// The transaction's view of tables (snapshot, own writes, reads).

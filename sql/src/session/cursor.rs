@@ -4,6 +4,7 @@
 //! stream read as far as each FETCH asks.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
@@ -227,7 +228,7 @@ impl Session {
     /// and `statement_timeout` stop it as they stop any statement.
     pub async fn portal_fetch(
         &mut self,
-        portal: usize,
+        portal: &PortalKey,
         p: &Parsed,
         params: &[ScalarValue],
         max_rows: usize,
@@ -244,7 +245,7 @@ impl Session {
 
     async fn portal_fetch_inner(
         &mut self,
-        portal: usize,
+        portal: &PortalKey,
         p: &Parsed,
         params: &[ScalarValue],
         max_rows: usize,
@@ -261,20 +262,24 @@ impl Session {
         let Statement::Query(q) = stmt.as_ref() else {
             return Ok(None);
         };
-        if !self.portal_tails.contains_key(&portal) {
+        if !self.portal_tails.contains_key(&portal.addr) {
             let Some(spec) = tail::tail_spec(q, params) else {
                 return Ok(None);
             };
             let tail = self.start_tail(spec, params).await;
             let tail = tail.map_err(|e| self.fail_block(e))?;
+            // the tails of portals the client has closed go
+            self.portal_tails
+                .retain(|_, (alive, _)| alive.strong_count() > 0);
             if self.portal_tails.len() >= MAX_PORTAL_TAILS {
                 self.portal_tails.clear();
             }
-            self.portal_tails.insert(portal, tail);
+            self.portal_tails
+                .insert(portal.addr, (portal.alive.clone(), tail));
         }
         let wait = self.tail_wait();
         let mut cancel = self.cancel_watch();
-        let Some(tail) = self.portal_tails.get_mut(&portal) else {
+        let Some((_, tail)) = self.portal_tails.get_mut(&portal.addr) else {
             return Ok(None);
         };
         let batches = fetch_tail(tail, max_rows.max(1), wait, &mut cancel).await;
@@ -290,5 +295,24 @@ impl Session {
             Cursor::Tail(t) => t.schema(),
             Cursor::Snapshot { schema, .. } => schema.clone(),
         })
+    }
+}
+
+/// A protocol portal as the session knows it: the address of its state, and a weak handle to
+/// that state. The handle keeps the address from being reused while the session remembers
+/// the portal (a new portal at a closed one's address would otherwise continue its tail) and
+/// tells when the client has closed it.
+pub struct PortalKey {
+    addr: usize,
+    alive: std::sync::Weak<dyn std::any::Any + Send + Sync>,
+}
+
+impl PortalKey {
+    pub fn of<T: Send + Sync + 'static>(state: &Arc<T>) -> PortalKey {
+        let weak: std::sync::Weak<T> = Arc::downgrade(state);
+        PortalKey {
+            addr: Arc::as_ptr(state) as *const () as usize,
+            alive: weak,
+        }
     }
 }
