@@ -80,35 +80,27 @@ impl Database {
             )
             .with_detail("Use DROP VIEW to remove a view."));
         }
-        let dropped_too: Vec<&str> = cmd
-            .ops
-            .iter()
-            .filter_map(|o| match &o.kind {
-                Some(op::Kind::DropRelation(other)) => Some(other.name.as_str()),
-                _ => None,
-            })
-            .collect();
         if d.cascade {
             return Ok(());
         }
+        let dropped_too = |name: &str| {
+            cmd.ops
+                .iter()
+                .any(|o| matches!(&o.kind, Some(op::Kind::DropRelation(x)) if x.name == name))
+        };
         if let Some(v) = self
             .catalog
             .dependents(&d.name)
             .into_iter()
-            .find(|v| !dropped_too.contains(&v.as_str()))
+            .find(|v| !dropped_too(v))
         {
+            let what = format!("{} {}", self.kind_of(&d.name), d.name);
             return Err(Error::new(
                 sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                format!(
-                    "cannot drop {} {} because other objects depend on it",
-                    self.kind_of(&d.name),
-                    d.name
-                ),
+                format!("cannot drop {what} because other objects depend on it"),
             )
             .with_detail(format!(
-                "view {v} depends on {} {}. Use DROP ... CASCADE to drop the dependent objects too.",
-                self.kind_of(&d.name),
-                d.name
+                "view {v} depends on {what}. Use DROP ... CASCADE to drop the dependent objects too."
             )));
         }
         Ok(())

@@ -190,7 +190,7 @@ impl Session {
     }
 }
 
-fn definition_json(def: &impl Serialize) -> Result<String> {
+pub(super) fn definition_json(def: &impl Serialize) -> Result<String> {
     serde_json::to_string(def).map_err(|e| Error::internal(e.to_string()))
 }
 

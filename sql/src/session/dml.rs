@@ -857,7 +857,7 @@ fn check_conflict_target(table: &Table, target: Option<&ConflictTarget>) -> Resu
 }
 
 /// Table name and alias of `UPDATE t [AS a]`.
-fn update_target(f: &TableFactor) -> Result<(String, String)> {
+pub(super) fn update_target(f: &TableFactor) -> Result<(String, String)> {
     match f {
         TableFactor::Table { name, alias, .. } => {
             let n = statement::table_name(name);

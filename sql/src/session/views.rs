@@ -2,14 +2,14 @@
 //! and the relations it reads), the expansion every planned statement passes through (see
 //! [`crate::views`]), and the refusal to write through a view.
 
-use sqlparser::ast::{Query, Statement, TableFactor};
+use sqlparser::ast::{Query, Statement};
 
 use super::naming::pg_column_names;
 use super::{dml, insert_target, Output, Session};
 use crate::command::{op, CreateView};
 use crate::definition::{ColumnDef, ViewDef};
 use crate::error::{sqlstate, Error, Result};
-use crate::statement::{self, sqlparser, Parsed};
+use crate::statement::{sqlparser, Parsed};
 use crate::types::ColumnType;
 
 impl Session {
@@ -75,10 +75,9 @@ impl Session {
                 .filter(|n| catalog.exists(n))
                 .collect(),
         };
-        let json = serde_json::to_string(&def).map_err(|e| Error::internal(e.to_string()))?;
         let kind = op::Kind::CreateView(CreateView {
             name: name.to_string(),
-            definition_json: json,
+            definition_json: super::ddl::definition_json(&def)?,
             or_replace,
             owner: self.owner_name(),
         });
@@ -95,9 +94,10 @@ impl Session {
             Parsed::Insert(ins) => ("insert into", insert_target(ins)?),
             Parsed::CopyFrom(c) => ("copy to", c.stream.clone()),
             Parsed::Delete(d) => ("delete from", dml::delete_target(d)?.0),
-            Parsed::Update(u) => match &u.table.relation {
-                TableFactor::Table { name, .. } => ("update", statement::table_name(name)),
-                _ => return Ok(()),
+            Parsed::Update(u) => match dml::update_target(&u.table.relation) {
+                Ok((name, _)) => ("update", name),
+                // not a plain name: UPDATE refuses it itself
+                Err(_) => return Ok(()),
             },
             _ => return Ok(()),
         };

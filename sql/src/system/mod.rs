@@ -204,53 +204,29 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
             }
         })
         .collect();
-    out.extend(engine.catalog().tables().iter().map(|t| {
-        Relation {
-            oid: t.def.oid as i32,
-            schema: "public",
-            namespace: NAMESPACE_PUBLIC,
-            name: t.def.name.clone(),
-            kind: "r",
-            columns: t
-                .def
-                .columns
-                .iter()
-                .map(|c| RelColumn {
-                    name: c.name.clone(),
-                    ty: c.ty,
-                    not_null: c.not_null,
-                    default: None,
-                })
-                .collect(),
-            rows: -1,
-            key: t.def.primary_key.iter().map(|&i| i as i16 + 1).collect(),
-            index_oid: t.def.index_oid as i32,
-            definition: None,
-        }
+    out.extend(engine.catalog().tables().iter().map(|t| Relation {
+        oid: t.def.oid as i32,
+        schema: "public",
+        namespace: NAMESPACE_PUBLIC,
+        name: t.def.name.clone(),
+        kind: "r",
+        columns: t.def.columns.iter().map(rel_column).collect(),
+        rows: -1,
+        key: t.def.primary_key.iter().map(|&i| i as i16 + 1).collect(),
+        index_oid: t.def.index_oid as i32,
+        definition: None,
     }));
-    out.extend(engine.catalog().views().iter().map(|v| {
-        Relation {
-            oid: v.def.oid as i32,
-            schema: "public",
-            namespace: NAMESPACE_PUBLIC,
-            name: v.def.name.clone(),
-            kind: "v",
-            columns: v
-                .def
-                .columns
-                .iter()
-                .map(|c| RelColumn {
-                    name: c.name.clone(),
-                    ty: c.ty,
-                    not_null: false,
-                    default: None,
-                })
-                .collect(),
-            rows: 0,
-            key: vec![],
-            index_oid: 0,
-            definition: Some(format!("{};", v.def.query)),
-        }
+    out.extend(engine.catalog().views().iter().map(|v| Relation {
+        oid: v.def.oid as i32,
+        schema: "public",
+        namespace: NAMESPACE_PUBLIC,
+        name: v.def.name.clone(),
+        kind: "v",
+        columns: v.def.columns.iter().map(rel_column).collect(),
+        rows: 0,
+        key: vec![],
+        index_oid: 0,
+        definition: Some(format!("{};", v.def.query)),
     }));
     out.sort_by(|a, b| a.name.cmp(&b.name));
     for (i, (name, schema)) in engine.system_views().into_iter().enumerate() {
@@ -277,6 +253,17 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
         });
     }
     out
+}
+
+/// A table's or view's column as the catalogs show it (a view's columns are never NOT NULL;
+/// neither shows a default).
+fn rel_column(c: &crate::definition::ColumnDef) -> RelColumn {
+    RelColumn {
+        name: c.name.clone(),
+        ty: c.ty,
+        not_null: c.not_null,
+        default: None,
+    }
 }
 
 /// Namespaces: (oid, name).
