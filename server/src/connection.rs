@@ -31,17 +31,19 @@ use sluice_sql::error::sqlstate;
 use sluice_sql::notify::Notification;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_util::codec::Framed;
+use tokio_util::codec::{Framed, FramedParts};
 
 use crate::admission::{self, Ticket};
 use crate::auth::ConnectionTls;
 use crate::handler::{Backend, Prepared, RawOut, SessionSlot};
 use crate::panics;
+use crate::pipeline::{self, Ahead};
 use crate::tls;
 use crate::wire::{Reader, Refused};
 
-/// A client's socket with pgwire's codec.
-type Socket = Framed<MaybeTls, PgWireMessageServerCodec<Arc<Prepared>>>;
+/// A client's socket with pgwire's codec, able to hold a pipeline's output (see
+/// [`crate::pipeline`]).
+type Socket = pipeline::Socket<MaybeTls>;
 
 /// What a message may hold beyond `max_statement_bytes` (Bind's and Parse's other fields).
 const MESSAGE_HEADROOM: usize = 1 << 20;
@@ -58,7 +60,7 @@ pub async fn serve(
         negotiate_tls::<Arc<Prepared>>(tcp, backend.auth.tls_acceptor()),
     )
     .await;
-    let mut socket = match negotiated {
+    let socket = match negotiated {
         Ok(Ok(Some(socket))) => socket,
         Ok(Err(e)) => {
             tracing::debug!(%peer, "TLS negotiation failed: {e}");
@@ -73,10 +75,13 @@ pub async fn serve(
 
     let ssl = tls::info(socket.get_ref());
     socket.session_extensions().insert(ConnectionTls(ssl));
+    let mut socket = held(socket, backend.engine.limits.max_statement_bytes);
 
     let mut notifications: Option<mpsc::Receiver<Notification>> = None;
     let mut started = false;
     let mut reader = Reader::new(backend.engine.limits.max_statement_bytes + MESSAGE_HEADROOM);
+    // a message read ahead of an Execute (see `pipeline::before_execute`)
+    let mut ahead: Option<PgWireFrontendMessage> = None;
 
     loop {
         let in_startup = matches!(
@@ -92,7 +97,10 @@ pub async fn serve(
         }
         let idle = matches!(socket.state(), PgWireConnectionState::ReadyForQuery)
             && matches!(socket.transaction_status(), TransactionStatus::Idle);
-        let msg = tokio::select! {
+        let msg = if let Some(m) = ahead.take() {
+            Ok(Some(m))
+        } else {
+            tokio::select! {
             m = reader.next(&mut socket) => m,
             n = next_notification(&mut notifications), if idle && notifications.is_some() => {
                 match n {
@@ -108,6 +116,7 @@ pub async fn serve(
             _ = tokio::time::sleep_until(deadline), if in_startup => {
                 ticket.log_timeout(peer);
                 return Ok(());
+            }
             }
         };
         let msg = match msg {
@@ -157,20 +166,35 @@ pub async fn serve(
                 backend.simple_query(&mut socket, q, Some(raw_out)).await
             }
             PgWireFrontendMessage::Execute(e) if serving => {
-                backend.execute(&mut socket, e, Some(raw_out)).await
+                match pipeline::before_execute(&mut socket, &mut reader, &e).await {
+                    Ok(Ahead::Next(next)) => ahead = Some(next),
+                    Ok(Ahead::Nothing) => {}
+                    Ok(Ahead::Gone(None)) => break,
+                    Ok(Ahead::Gone(Some(Refused(info)))) => {
+                        socket
+                            .send(PgWireBackendMessage::ErrorResponse((*info).into()))
+                            .await?;
+                        break;
+                    }
+                    Err(e) => return Err(io::Error::other(e.to_string())),
+                }
+                let r = backend.execute(&mut socket, e, Some(raw_out)).await;
+                match pipeline::after_execute(&mut socket, raw_out).await {
+                    Ok(()) => r,
+                    Err(e) => Err(e),
+                }
             }
-            msg => {
-                process_message(
-                    msg,
-                    &mut socket,
-                    backend.clone(),
-                    backend.clone(),
-                    backend.clone(),
-                    backend.clone(),
-                    backend.clone(),
-                )
-                .await
+            msg @ (PgWireFrontendMessage::Sync(_) | PgWireFrontendMessage::Flush(_)) => {
+                let ended = match &msg {
+                    PgWireFrontendMessage::Sync(_) => pipeline::at_sync(&mut socket, raw_out).await,
+                    _ => pipeline::at_flush(&mut socket, raw_out).await,
+                };
+                match ended {
+                    Ok(()) => process(msg, &mut socket, &backend).await,
+                    Err(e) => Err(e),
+                }
             }
+            msg => process(msg, &mut socket, &backend).await,
         };
         if password {
             match &result {
@@ -206,6 +230,33 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// pgwire's handling of one message.
+async fn process(
+    msg: PgWireFrontendMessage,
+    socket: &mut Socket,
+    backend: &Arc<Backend>,
+) -> Result<(), PgWireError> {
+    process_message(
+        msg,
+        socket,
+        backend.clone(),
+        backend.clone(),
+        backend.clone(),
+        backend.clone(),
+        backend.clone(),
+    )
+    .await
+}
+
+/// The negotiated socket over a [`pipeline::Held`] byte stream.
+fn held(socket: Framed<MaybeTls, PgWireMessageServerCodec<Arc<Prepared>>>, limit: usize) -> Socket {
+    let parts = socket.into_parts();
+    let mut held = FramedParts::new(pipeline::Held::new(parts.io, limit), parts.codec);
+    held.read_buf = parts.read_buf;
+    held.write_buf = parts.write_buf;
+    Framed::from_parts(held)
 }
 
 fn raw_out(socket: &mut Socket) -> &mut dyn RawOut {

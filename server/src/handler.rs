@@ -112,6 +112,26 @@ impl Drop for CancelRegistration {
 #[derive(Default)]
 struct CopySlot(std::sync::Mutex<Option<(PendingCopy, Vec<u8>, bool)>>);
 
+/// How to send each deferred RETURNING of the pipeline, in order (see
+/// [`crate::pipeline`]).
+#[derive(Default)]
+pub struct PipelineSlot(pub std::sync::Mutex<Vec<DeferredRows>>);
+
+/// How a deferred RETURNING's rows go out.
+pub struct DeferredRows {
+    pub format: Format,
+    pub ctx: OutputContext,
+    /// With a RowDescription first (the simple protocol).
+    pub describe: bool,
+}
+
+/// Record how the rows of a deferred RETURNING go out.
+fn record_deferred<C: ClientInfo>(client: &C, rows: DeferredRows) {
+    if let Some(slot) = client.session_extensions().get::<PipelineSlot>() {
+        slot.0.lock().unwrap_or_else(|e| e.into_inner()).push(rows);
+    }
+}
+
 /// Decrements the active-connection count when the connection ends.
 struct ConnectionCount(Arc<AtomicUsize>);
 
@@ -145,7 +165,7 @@ impl<C> Client for C where
 {
 }
 
-fn session_of<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Mutex<Session>>> {
+pub(crate) fn session_of<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Mutex<Session>>> {
     client
         .session_extensions()
         .get::<SessionSlot>()
@@ -282,6 +302,7 @@ impl Backend {
             .session_extensions()
             .insert(SessionSlot(Arc::new(Mutex::new(session))));
         client.session_extensions().insert(CopySlot::default());
+        client.session_extensions().insert(PipelineSlot::default());
         finish_authentication(
             client,
             &Parameters {
@@ -515,6 +536,10 @@ fn to_response<C: ClientInfo>(
             }
             Response::CopyIn(CopyResponse::new(code, columns, futures::stream::empty()))
         }
+        // only the connection loop's Execute defers (see `pipeline`)
+        Output::Deferred => Response::Error(Box::new(error_info(sluice_sql::Error::internal(
+            "a RETURNING was deferred outside a pipeline",
+        )))),
     }
 }
 
@@ -543,7 +568,7 @@ fn query_response(
     resp
 }
 
-fn output_context(session: &Session) -> OutputContext {
+pub(crate) fn output_context(session: &Session) -> OutputContext {
     OutputContext::new(session.setting("timezone").as_deref().unwrap_or("UTC"))
 }
 
@@ -582,6 +607,8 @@ pub trait RawOut: Send {
     /// The socket, for bytes written once the write buffer is flushed and
     /// bytes read into the read buffer.
     fn socket(&mut self) -> &mut dyn Socket;
+    /// What the connection holds for a pipeline's commit ([`crate::pipeline`]).
+    fn held(&mut self) -> &mut crate::pipeline::HeldBytes;
 }
 
 /// A connection's socket.
@@ -589,7 +616,7 @@ pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send {}
 
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Socket for T {}
 
-impl<T, U> RawOut for Framed<T, U>
+impl<T, U> RawOut for Framed<crate::pipeline::Held<T>, U>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send,
     U: Send,
@@ -604,6 +631,10 @@ where
 
     fn socket(&mut self) -> &mut dyn Socket {
         self.get_mut()
+    }
+
+    fn held(&mut self) -> &mut crate::pipeline::HeldBytes {
+        self.get_mut().held()
     }
 }
 
@@ -794,7 +825,7 @@ fn wire_status(s: sluice_sql::TxnStatus) -> pgwire::messages::response::Transact
 /// a failing plan) is returned for the caller to report; the client leaving
 /// while rows are awaited ends it too (with `raw`).
 #[allow(clippy::too_many_arguments)]
-async fn send_rows<C>(
+pub(crate) async fn send_rows<C>(
     client: &mut C,
     schema: &arrow::datatypes::Schema,
     mut stream: datafusion::execution::SendableRecordBatchStream,
@@ -874,8 +905,14 @@ impl Backend {
                     .await?;
             }
             Ok(parsed) => {
-                for p in &parsed {
+                let mut implicit = false;
+                for (i, p) in parsed.iter().enumerate() {
                     let mut s = session.lock().await;
+                    // several statements are one implicit transaction (see `pipeline`)
+                    if i + 1 < parsed.len() && raw.is_some() && s.opens_implicit(p) {
+                        s.begin_implicit();
+                        implicit = true;
+                    }
                     let out = off_the_connection_thread(
                         query.query.len(),
                         unless_closed(client, raw, s.execute(p, &[])),
@@ -911,6 +948,9 @@ impl Backend {
                     if copy_in {
                         break;
                     }
+                }
+                if let (true, Some(raw)) = (implicit, raw) {
+                    crate::pipeline::at_sync(client, raw).await?;
                 }
             }
             Err(e) => {
@@ -949,6 +989,20 @@ impl Backend {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         match out {
+            Output::Deferred => {
+                let Some(raw) = raw else {
+                    return Err(user_error(sluice_sql::Error::internal(
+                        "a RETURNING was deferred without the connection's socket",
+                    )));
+                };
+                let rows = DeferredRows {
+                    format: Format::UnifiedText,
+                    ctx,
+                    describe: true,
+                };
+                record_deferred(client, rows);
+                crate::pipeline::deferred_here(client, raw).await
+            }
             Output::Rows {
                 schema,
                 stream,
@@ -1162,6 +1216,19 @@ impl Backend {
                     Err(_) => return Err(user_error(internal_copy())),
                 }
             }
+            // its rows go out after the pipeline's commit, in this place
+            Output::Deferred => {
+                let format = format.clone();
+                record_deferred(
+                    client,
+                    DeferredRows {
+                        format,
+                        ctx,
+                        describe: false,
+                    },
+                );
+                *portal.state.lock().await = PortalExecutionState::Finished;
+            }
             out => match to_response(client, out, format, ctx) {
                 Response::Execution(tag) => send_execution_response(client, tag).await?,
                 Response::TransactionStart(tag) => send_execution_response(client, tag).await?,
@@ -1236,7 +1303,7 @@ fn same_shape(prepared: &Prepared, schema: &arrow::datatypes::SchemaRef) -> PgWi
 /// A parsed and described statement of the extended protocol.
 #[derive(Debug, Clone)]
 pub struct Prepared {
-    parsed: Parsed,
+    pub(crate) parsed: Parsed,
     desc: Description,
     /// Its text is long enough to plan off the connection thread ([`off_the_connection_thread`]).
     long: bool,

@@ -21,6 +21,7 @@ pub mod logging;
 pub mod metrics;
 pub mod panics;
 pub mod params;
+pub mod pipeline;
 pub mod rules;
 pub use sluice_sql::scram;
 pub mod tls;

@@ -1,15 +1,16 @@
 //! One client session: it runs each statement under the session's stop
 //! conditions and hands it to the code of its family, one file each:
 //! `transaction` (BEGIN, COMMIT, ROLLBACK, savepoints, read-only mode),
-//! `append` and `copy_from` (writes to streams), `dml` and `returning`
-//! (writes to tables, RETURNING), `ddl`, `cursor` (COPY TO, cursors,
-//! tails), `listen` (LISTEN/NOTIFY), `variables` (SET, SHOW, RESET),
-//! `query` (planning and starting a query) and `describe` (the extended
-//! protocol's Describe).
+//! `pipeline` (implicit transactions), `append` and `copy_from` (writes to
+//! streams), `dml` and `returning` (writes to tables, RETURNING), `ddl`,
+//! `cursor` (COPY TO, cursors, tails), `listen` (LISTEN/NOTIFY),
+//! `variables` (SET, SHOW, RESET), `query` (planning and starting a query)
+//! and `describe` (the extended protocol's Describe).
 //!
 //! Outside a block every write statement is one proposed command. Inside
-//! `BEGIN ... COMMIT` appends are buffered (bounded by the command size
-//! limit) and proposed together at COMMIT, so they commit all or nothing;
+//! `BEGIN ... COMMIT` — or the implicit block of statements sent together
+//! (`pipeline`) — appends are buffered (bounded by the command size limit)
+//! and proposed together at COMMIT, so they commit all or nothing;
 //! ROLLBACK drops them. After an error inside a block, everything but
 //! COMMIT/ROLLBACK fails with 25P02, as in PostgreSQL. DDL runs at once even
 //! inside a block (see docs/architecture.md). Reads are snapshots taken when
@@ -56,6 +57,7 @@ mod describe;
 mod dml;
 mod listen;
 mod naming;
+mod pipeline;
 mod prepared;
 mod privileges;
 mod query;
@@ -94,6 +96,9 @@ pub enum Output {
         /// best sent in bulk.
         live: bool,
     },
+    /// A stream INSERT's RETURNING in a pipeline's implicit block: its rows
+    /// come from [`Session::take_returning`] once the block has ended.
+    Deferred,
 }
 
 impl std::fmt::Debug for Output {
@@ -103,6 +108,7 @@ impl std::fmt::Debug for Output {
             Output::Tag(t) => write!(f, "Tag({t})"),
             Output::CopyIn(c) => write!(f, "CopyIn({})", c.stream.name()),
             Output::CopyOut { .. } => write!(f, "CopyOut"),
+            Output::Deferred => write!(f, "Deferred"),
         }
     }
 }
@@ -171,6 +177,8 @@ pub struct Session {
     prepared: HashMap<String, Arc<statement::Prepare>>,
     /// INSERT's VALUES expressions, compiled once (emptied when a setting changes).
     values: ValuesCache,
+    /// RETURNING rows waiting for an implicit block's commit (see `pipeline`).
+    pending_returning: Vec<pipeline::PendingReturning>,
 }
 
 impl Session {
@@ -223,6 +231,7 @@ impl Session {
             committing: Arc::new(AtomicBool::new(false)),
             role: None,
             values: ValuesCache::default(),
+            pending_returning: Vec::new(),
         })
     }
 
@@ -320,7 +329,14 @@ impl Session {
             Err(e) => return vec![Err(e)],
         };
         let mut out = Vec::with_capacity(parsed.len());
-        for p in &parsed {
+        let deferred = self.deferred_returning();
+        let mut implicit = false;
+        for (i, p) in parsed.iter().enumerate() {
+            // several statements are one implicit transaction (see `pipeline`)
+            if i + 1 < parsed.len() && self.opens_implicit(p) {
+                self.begin_implicit();
+                implicit = true;
+            }
             let r = self.execute(p, &[]).await;
             let stop = r.is_err();
             out.push(r);
@@ -328,7 +344,43 @@ impl Session {
                 break;
             }
         }
+        if implicit {
+            Box::pin(self.finish_implicit(&mut out, deferred)).await;
+        }
         out
+    }
+
+    /// The end of a simple Query that opened an implicit block: commit it
+    /// (or roll it back) and put the deferred RETURNING rows in place; if
+    /// the commit fails, its error replaces the results from the first
+    /// deferred one on (the client hears the failure there).
+    async fn finish_implicit(&mut self, out: &mut Vec<Result<Output>>, deferred: usize) {
+        let ended = self.end_implicit().await;
+        let rows = match ended {
+            Ok(()) => self.take_returning(deferred).await,
+            Err(e) => {
+                self.take_returning(deferred).await.ok();
+                Err(e)
+            }
+        };
+        let first = out.iter().position(|r| matches!(r, Ok(Output::Deferred)));
+        match rows {
+            Ok(rows) => {
+                let mut rows = rows.into_iter();
+                for r in out.iter_mut() {
+                    if matches!(r, Ok(Output::Deferred)) {
+                        *r = rows
+                            .next()
+                            .ok_or_else(|| Error::internal("a RETURNING was lost"));
+                    }
+                }
+            }
+            // every statement succeeded (a failed block rolls back)
+            Err(e) => {
+                out.truncate(first.unwrap_or(out.len()));
+                out.push(Err(e));
+            }
+        }
     }
 
     /// Execute one classified statement with bound parameters.

@@ -373,7 +373,7 @@ pub fn read_frame(
 
 /// Uncommitted rows as the full schema: `offset` and `ts` are NULL (COMMIT
 /// assigns them).
-fn uncommitted_rows(stream: &Stream, user: &RecordBatch) -> Result<RecordBatch, Error> {
+pub(crate) fn uncommitted_rows(stream: &Stream, user: &RecordBatch) -> Result<RecordBatch, Error> {
     let n = user.num_rows();
     let mut cols = vec![
         arrow::array::new_null_array(&arrow::datatypes::DataType::Int64, n),

@@ -243,6 +243,57 @@ async fn a_role_needs_privileges_for_what_it_does() {
 }
 
 #[tokio::test]
+async fn views_answer_to_their_own_privileges() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path()).await;
+    let mut su = session(&engine, "sluice");
+    ok(&mut su, "CREATE STREAM s (v INT, secret TEXT)").await;
+    ok(&mut su, "INSERT INTO s VALUES (1, 'x'), (2, 'y')").await;
+    ok(&mut su, "CREATE VIEW pub AS SELECT v FROM s").await;
+    ok(&mut su, "CREATE ROLE reader LOGIN; CREATE ROLE alice LOGIN").await;
+    ok(&mut su, "GRANT SELECT ON pub TO reader").await;
+
+    // SELECT on the view reads through it, not the stream under it
+    let mut r = session(&engine, "reader");
+    assert_eq!(ok(&mut r, "SELECT * FROM pub").await, 2);
+    assert_eq!(ok(&mut r, "SELECT * FROM pub WHERE v > 1").await, 1);
+    let m = fails(&mut r, "SELECT * FROM s", "42501").await;
+    assert_eq!(m, "permission denied for table s");
+    fails(&mut r, "INSERT INTO pub VALUES (3)", "42501").await;
+    // creating a view needs CREATE on public and SELECT on what it reads
+    fails(&mut r, "CREATE VIEW mine AS SELECT * FROM pub", "42501").await;
+    ok(&mut su, "GRANT CREATE ON SCHEMA public TO reader").await;
+    let m = fails(&mut r, "CREATE VIEW leak AS SELECT secret FROM s", "42501").await;
+    assert_eq!(m, "permission denied for table s");
+    ok(&mut r, "CREATE VIEW mine AS SELECT v * 10 AS w FROM pub").await;
+    assert_eq!(engine.catalog.roles().owner("mine"), Some("reader"));
+    assert_eq!(ok(&mut r, "SELECT * FROM mine").await, 2);
+
+    // only the owner replaces or drops a view; the message names a view
+    let mut a = session(&engine, "alice");
+    ok(&mut su, "GRANT CREATE ON SCHEMA public TO alice").await;
+    let m = fails(&mut a, "DROP VIEW mine", "42501").await;
+    assert_eq!(m, "must be owner of view mine");
+    let m = fails(
+        &mut a,
+        "CREATE OR REPLACE VIEW mine AS SELECT 1 AS w",
+        "42501",
+    )
+    .await;
+    assert_eq!(m, "must be owner of view mine");
+    fails(&mut a, "SELECT * FROM mine", "42501").await;
+    // ALL TABLES IN SCHEMA public includes views
+    ok(
+        &mut su,
+        "GRANT SELECT ON ALL TABLES IN SCHEMA public TO alice",
+    )
+    .await;
+    assert_eq!(ok(&mut a, "SELECT * FROM mine").await, 2);
+    ok(&mut r, "DROP VIEW mine").await;
+    engine.shutdown().await;
+}
+
+#[tokio::test]
 async fn roles_survive_a_checkpoint_and_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path()).await;

@@ -1198,7 +1198,47 @@ async fn a_simple_query_stops_at_its_first_error() {
         results[1]
     );
     drop(results);
-    assert_eq!(scalar(&mut s, "SELECT count(*) FROM ev").await, "1");
+    // the statements were one implicit transaction: the error undid the INSERT
+    // (each committed on its own before, and the count was 1)
+    assert_eq!(scalar(&mut s, "SELECT count(*) FROM ev").await, "0");
+    assert_eq!(s.status(), TxnStatus::Idle);
+    db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simple_query_answers_returning_after_its_commit() {
+    let (db, mut s) = setup().await;
+    script(&mut s, EVENTS).await;
+    let results = s
+        .simple_query(
+            "INSERT INTO ev VALUES (1, 'a') RETURNING offset, n; \
+             INSERT INTO ev VALUES (2, 'b'), (3, 'c') RETURNING offset, n",
+        )
+        .await;
+    let mut offsets = Vec::new();
+    for r in results {
+        let Ok(Output::Rows { mut stream, .. }) = r else {
+            panic!("expected rows, got {r:?}");
+        };
+        while let Some(batch) = stream.next().await {
+            let batch = batch.expect("rows");
+            for i in 0..batch.num_rows() {
+                offsets.push((cell(batch.column(0), i), cell(batch.column(1), i)));
+            }
+        }
+    }
+    let want = [("0", "1"), ("1", "2"), ("2", "3")].map(|(o, n)| (o.to_string(), n.to_string()));
+    assert_eq!(offsets, want);
+    // inside BEGIN the client waits for the rows before COMMIT: still refused
+    script(&mut s, "BEGIN").await;
+    fails(
+        &mut s,
+        "INSERT INTO ev VALUES (4, 'd') RETURNING offset",
+        "0A000",
+    )
+    .await;
+    script(&mut s, "ROLLBACK").await;
+    assert_eq!(scalar(&mut s, "SELECT count(*) FROM ev").await, "3");
     db.close().await;
 }
 

@@ -269,6 +269,45 @@ def test_transaction(sluice):
     assert run(body()) == (["a", "b", "c", "d"], 3)
 
 
+def test_executemany_is_one_transaction(sluice):
+    """executemany pipelines one Bind/Execute per row and a single Sync, which
+    PostgreSQL runs as one implicit transaction: a row that fails (here NOT
+    NULL, 23502) appends none of the others, before or after it."""
+    async def body():
+        conn = await asyncpg.connect(**connect_kwargs(sluice))
+        other = await asyncpg.connect(**connect_kwargs(sluice))
+        try:
+            await conn.execute("CREATE STREAM many (body text NOT NULL, n bigint)")
+            insert = "INSERT INTO many (body, n) VALUES ($1, $2)"
+
+            async def rows():
+                return [tuple(r) for r in
+                        await other.fetch("SELECT offset, body FROM many ORDER BY offset")]
+
+            await conn.executemany(insert, [("k0", 0), ("k1", 1), ("k2", 2)])
+            assert await rows() == [(0, "k0"), (1, "k1"), (2, "k2")]
+
+            with pytest.raises(asyncpg.NotNullViolationError) as info:
+                await conn.executemany(insert, [("u0", 10), ("u1", 11), (None, 12), ("u3", 13)])
+            assert info.value.sqlstate == "23502"
+            assert not conn.is_in_transaction()
+            assert await rows() == [(0, "k0"), (1, "k1"), (2, "k2")]
+
+            # A longer batch failing on its last row.
+            with pytest.raises(asyncpg.NotNullViolationError):
+                await conn.executemany(insert, [(f"x{i}", i) for i in range(200)] + [(None, -1)])
+            assert await rows() == [(0, "k0"), (1, "k1"), (2, "k2")]
+
+            # The connection is usable and offsets stay gapless.
+            assert await conn.fetchval(insert + " RETURNING offset", "after", 3) == 3
+            assert await rows() == [(0, "k0"), (1, "k1"), (2, "k2"), (3, "after")]
+        finally:
+            await conn.close()
+            await other.close()
+
+    run(body())
+
+
 def test_pool_acquire_release(sluice):
     """Each release runs the reset query; the connection must come back
     usable, with the session state it had at connect."""

@@ -24,6 +24,11 @@ if not PGCLI.exists():
     PGCLI = pathlib.Path(shutil.which("pgcli") or PGCLI)
 ORDERS_COLUMNS = [("offset", "bigint"), ("ts", "timestamp with time zone"),
                   ("customer", "text"), ("amount", "numeric"), ("note", "text")]
+# A view over the stream, created with it: pgcli lists it among the views
+# (and its columns among the view columns), the stream never.
+ORDERS_VIEW = "big_orders"
+ORDERS_VIEW_COLUMNS = [("offset", "bigint"), ("ts", "timestamp with time zone"),
+                       ("customer", "text"), ("amount", "numeric")]
 
 
 @pytest.fixture
@@ -32,6 +37,8 @@ def orders(conn):
     with conn.cursor() as cur:
         cur.executemany("INSERT INTO orders (customer, amount, note) VALUES (%s, %s, %s)",
                         [("ann", 1, None), ("bob", 2, "gift"), ("cid", None, None)])
+    conn.execute(f"CREATE VIEW {ORDERS_VIEW} AS SELECT offset, ts, customer, amount FROM orders "
+                 "WHERE amount > 1")
     return "orders"
 
 
@@ -73,9 +80,11 @@ def _check_schemata(rows, _):
 
 def _check_tables(rows, stream):
     assert ("public", stream) in [tuple(r) for r in rows]
+    assert ORDERS_VIEW not in [r[1] for r in rows]
 
 
 def _check_views(rows, stream):
+    assert ("public", ORDERS_VIEW) in [tuple(r) for r in rows]
     assert stream not in [r[1] for r in rows]
 
 
@@ -87,6 +96,9 @@ def _check_table_columns(rows, stream):
 
 
 def _check_view_columns(rows, stream):
+    columns = [(r[2], r[3]) for r in rows if tuple(r[:2]) == ("public", ORDERS_VIEW)]
+    assert columns == ORDERS_VIEW_COLUMNS
+    assert not any(r[4] for r in rows if tuple(r[:2]) == ("public", ORDERS_VIEW))
     assert stream not in [r[1] for r in rows]
 
 

@@ -75,6 +75,11 @@ async fn psql_describe_commands() {
     exec(&client, "CREATE STREAM clicks (url text)").await;
     exec(
         &client,
+        "ALTER STREAM orders ADD COLUMN region text NOT NULL DEFAULT 'eu'",
+    )
+    .await;
+    exec(
+        &client,
         "CREATE VIEW ov (who, amount) AS SELECT customer, amount FROM orders",
     )
     .await;
@@ -121,11 +126,13 @@ async fn psql_describe_commands() {
     has(d, "note | character varying(40) | | |", "\\d orders");
     has(d, "id | uuid | | |", "\\d orders");
     has(d, "payload | jsonb | | |", "\\d orders");
+    // a default as PostgreSQL shows it (pg_attrdef through pg_get_expr)
+    has(d, "region | text | | not null | 'eu'::text", "\\d orders");
     let columns: Vec<&String> = d
         .iter()
         .filter(|l| l.contains(" | ") && !l.starts_with("Column"))
         .collect();
-    assert_eq!(columns.len(), 7, "\\d orders lists 7 columns: {columns:?}");
+    assert_eq!(columns.len(), 8, "\\d orders lists 8 columns: {columns:?}");
     assert!(
         columns[0].starts_with("offset |") && columns[1].starts_with("ts |"),
         "system columns first: {columns:?}"

@@ -6,8 +6,9 @@
 //! types, NOT NULL and row-size limit ([`crate::insert`]), then one
 //! `Append` op: proposed at once, or buffered in the open block (bounded by
 //! `max_statement_bytes`). Offsets and timestamps are assigned at commit,
-//! so RETURNING is only answered outside a block. A prefix DELETE cannot be
-//! undone and never runs inside a block.
+//! so RETURNING is answered at once outside a block, after the commit in a
+//! pipeline's implicit block (see `pipeline`), and refused in an explicit
+//! one. A prefix DELETE cannot be undone and never runs inside a block.
 
 use std::sync::Arc;
 
@@ -27,13 +28,14 @@ use crate::statement::{self, sqlparser};
 use crate::stream_provider::{with_system_columns, InsertCollector};
 
 /// Where a committed append put its rows.
+#[derive(Debug)]
 pub(super) struct Appended {
-    base_offset: u64,
-    ts_micros: i64,
+    pub(super) base_offset: u64,
+    pub(super) ts_micros: i64,
     /// Rows appended (duplicates of a dedup stream are not).
-    rows: u32,
+    pub(super) rows: u32,
     /// Per input row (offset, ts), for dedup streams.
-    row_offsets: Vec<(u64, i64)>,
+    pub(super) row_offsets: Vec<(u64, i64)>,
 }
 
 impl Session {
@@ -77,26 +79,11 @@ impl Session {
         let Some(items) = &ins.returning else {
             return Ok(Output::Tag(format!("INSERT 0 {appended}")));
         };
-        let Some(o) = outcome else {
-            return Err(Error::unsupported(
-                "RETURNING inside a transaction block is not supported yet: offsets are assigned at COMMIT",
-            ));
-        };
-        let full = if o.row_offsets.is_empty() {
-            with_system_columns(&stream, &batch, o.base_offset, o.ts_micros)?
-        } else {
-            with_row_offsets(&stream, &batch, &o.row_offsets)?
-        };
-        let schema = stream.full_schema.clone();
-        Box::pin(returning::rows(
-            schema,
-            "returning_rows",
-            vec![full],
-            items,
-            &[],
-            "INSERT 0",
-        ))
-        .await
+        match outcome {
+            Some(o) => Box::pin(returning_rows(&stream, &batch, items, Some(&o))).await,
+            // inside a block: answered when the block commits (see `pipeline`)
+            None => self.defer_returning(stream, batch, items),
+        }
     }
 
     /// VALUES of literals, parameters and expressions that read no relation, evaluated
@@ -265,6 +252,32 @@ impl Session {
         };
         Ok(Output::Tag(format!("DELETE {removed}")))
     }
+}
+
+/// The RETURNING rows of an append: with the `offset` and `ts` it got, or
+/// NULL when it did not commit (`None`).
+pub(super) async fn returning_rows(
+    stream: &Stream,
+    batch: &RecordBatch,
+    items: &[sqlparser::ast::SelectItem],
+    appended: Option<&Appended>,
+) -> Result<Output> {
+    let full = match appended {
+        None => crate::stream_provider::uncommitted_rows(stream, batch)?,
+        Some(o) if o.row_offsets.is_empty() => {
+            with_system_columns(stream, batch, o.base_offset, o.ts_micros)?
+        }
+        Some(o) => with_row_offsets(stream, batch, &o.row_offsets)?,
+    };
+    returning::rows(
+        stream.full_schema.clone(),
+        "returning_rows",
+        vec![full],
+        items,
+        &[],
+        "INSERT 0",
+    )
+    .await
 }
 
 /// The input rows with the `offset` and `ts` each got (its own, or the

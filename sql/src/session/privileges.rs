@@ -108,7 +108,12 @@ impl Session {
             Parsed::DropRelation { names, .. } => {
                 for n in names {
                     if self.engine.catalog.exists(n) && !roles.owns(&role, n) {
-                        return Err(denied(format!("must be owner of table {n}")));
+                        let kind = if self.engine.catalog.view(n).is_some() {
+                            "view"
+                        } else {
+                            "table"
+                        };
+                        return Err(denied(format!("must be owner of {kind} {n}")));
                     }
                 }
                 Ok(())

@@ -38,6 +38,9 @@ pub(super) struct Block {
     /// A statement other than transaction control or a setting ran in the
     /// block: it can no longer become read-write.
     pub(super) used: bool,
+    /// Opened by a pipeline, not BEGIN: it ends at the pipeline's Sync
+    /// (see `pipeline`).
+    pub(super) implicit: bool,
 }
 
 /// How much of the block (writes, pending notifications) a savepoint keeps.
@@ -147,17 +150,21 @@ impl Session {
 
     pub(super) fn begin(&mut self, read_only: Option<bool>) -> Result<Output> {
         match self.txn {
-            Txn::Idle => {
-                self.tables.reset();
-                self.txn = Txn::Block(Block {
-                    read_only: read_only.unwrap_or_else(|| self.default_read_only()),
-                    ..Block::default()
-                });
-                self.notify.in_block.store(true, Ordering::Release);
-            }
+            Txn::Idle => self.start_block(read_only.unwrap_or_else(|| self.default_read_only())),
+            _ if self.in_implicit() => self.make_explicit()?,
             _ => tracing::debug!("BEGIN inside a transaction block ignored"),
         }
         Ok(Output::Tag("BEGIN".into()))
+    }
+
+    /// Open a block (explicit; `pipeline` marks the implicit ones).
+    pub(super) fn start_block(&mut self, read_only: bool) {
+        self.tables.reset();
+        self.txn = Txn::Block(Block {
+            read_only,
+            ..Block::default()
+        });
+        self.notify.in_block.store(true, Ordering::Release);
     }
 
     pub(super) async fn commit(&mut self) -> Result<Output> {
@@ -172,6 +179,9 @@ impl Session {
                     let reads = self.tables.reads();
                     self.propose(ops, snapshot, reads).await
                 };
+                if let Ok(outcomes) = &result {
+                    self.settle_returning(Some(outcomes));
+                }
                 self.tables.reset();
                 self.end_block(result.is_ok());
                 result.map(|_| Output::Tag("COMMIT".into()))
@@ -233,6 +243,7 @@ impl Session {
         let (ops, bytes, notifications) = (mark.ops, mark.bytes, mark.notifications);
         b.ops.truncate(ops);
         b.bytes = bytes;
+        self.drop_returning_after(ops);
         b.savepoints.truncate(at + 1);
         if let Err(e) = self.tables.rebuild_overlay(&b.ops) {
             self.txn = Txn::Failed(b);
@@ -246,6 +257,7 @@ impl Session {
     /// The block ended: its notifications go out if it committed, and
     /// cursors not declared WITH HOLD close.
     pub(super) fn end_block(&mut self, committed: bool) {
+        self.settle_returning(None);
         self.notify.in_block.store(false, Ordering::Release);
         let pending = std::mem::take(&mut *self.notify.pending.lock());
         if committed && !pending.is_empty() {

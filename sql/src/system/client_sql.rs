@@ -62,6 +62,12 @@ const FRAGMENTS: &[(&str, &str)] = &[
         "ARRAY(SELECT b.rolname FROM pg_catalog.pg_auth_members m JOIN pg_catalog.pg_roles b ON (m.roleid = b.oid) WHERE m.member = r.oid) as memberof",
         "sluice_role_memberof(r.oid) as memberof",
     ),
+    // psql \d: a column's default, a correlated scalar subquery over pg_attrdef (the catalog
+    // parser would make it NULL), as a function that reads the same defaults
+    (
+        "(SELECT pg_catalog.pg_get_expr(d.adbin, d.adrelid, true) FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum AND a.atthasdef)",
+        "sluice_column_default(a.attrelid, a.attnum)",
+    ),
     // psql \dp: column privileges and row security policies, which Sluice does not have
     // (no attacl is ever set, pg_policy is empty), so both lists are always empty. Its E''
     // strings are written as the statement front end leaves them (plain, newlines inside)

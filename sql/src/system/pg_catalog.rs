@@ -22,6 +22,7 @@ const OWN: &[&str] = &[
     "pg_namespace",
     "pg_class",
     "pg_attribute",
+    "pg_attrdef",
     "pg_database",
     "pg_tables",
     "pg_views",
@@ -70,6 +71,7 @@ impl PgCatalog {
             "pg_namespace" => pg_namespace(),
             "pg_class" => pg_class(&rels, &who),
             "pg_attribute" => pg_attribute(&rels),
+            "pg_attrdef" => pg_attrdef(&rels),
             "pg_database" => pg_database(&vars.database),
             "pg_tables" => pg_tables(&rels, &who),
             "pg_views" => pg_views(&rels, &who),
@@ -306,7 +308,7 @@ fn pg_attribute(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
                 s(storage),
                 s(""),
                 b(c.not_null),
-                b(false),
+                b(c.default.is_some()),
                 b(false),
                 s(""),
                 s(""),
@@ -319,6 +321,28 @@ fn pg_attribute(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
                 null_array(),
                 null_s(),
             ]);
+        }
+    }
+    t.build()
+}
+
+/// Column defaults. `adbin` holds the expression's text (PostgreSQL keeps a node tree
+/// there), which `pg_get_expr` gives back as it is: what psql's `\d` and ORMs read.
+fn pg_attrdef(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = TableBuilder::new(vec![
+        oid("oid", kind::OID),
+        oid("adrelid", kind::REGCLASS),
+        int2("adnum"),
+        text("adbin"),
+    ]);
+    for r in rels {
+        for (i, c) in r.columns.iter().enumerate() {
+            if let Some(default) = &c.default {
+                let attnum = i as i16 + 1;
+                // derived, like the key constraint's: not stored
+                let oid = (r.oid & 0x7_ffff) << 11 | i32::from(attnum) | 1 << 30;
+                t.row(vec![i4(oid), i4(r.oid), i2(attnum), s(default)]);
+            }
         }
     }
     t.build()

@@ -30,7 +30,7 @@ pub(super) fn register(
         crate_fns::create_current_schemas_udf(),
         crate_fns::create_pg_table_is_visible(),
         format_type::create_format_type_udf(),
-        datafusion_pg_catalog::pg_catalog::pg_get_expr_udf::create_pg_get_expr_udf(),
+        pg_get_expr(),
         crate_fns::create_pg_get_partkeydef_udf(),
         crate_fns::create_pg_relation_is_publishable_udf(),
         crate_fns::create_pg_get_statisticsobjdef_columns_udf(),
@@ -115,6 +115,19 @@ pub(super) fn udf(
         ret,
         fun,
     ))
+}
+
+/// `pg_get_expr(expr, relation [, pretty])`: the expression's text. The catalogs keep text
+/// where PostgreSQL keeps a node tree (`pg_attrdef.adbin`), so it is given back as it is.
+fn pg_get_expr() -> ScalarUDF {
+    let signature = TypeSignature::OneOf(vec![TypeSignature::Any(2), TypeSignature::Any(3)]);
+    udf(
+        "pg_get_expr",
+        signature,
+        DataType::Utf8,
+        Volatility::Stable,
+        |args, _| Ok(arrow::compute::cast(&args[0], &DataType::Utf8)?),
+    )
 }
 
 /// A function whose answer is NULL for everything Sluice has.
@@ -320,6 +333,26 @@ fn relation_functions(
                 };
                 r?.definition.clone()
             }))))
+        },
+    ));
+    // a column's default as pg_attrdef holds it (psql's \d, through client_sql's FRAGMENTS)
+    let e = engine.clone();
+    out.push(udf(
+        "sluice_column_default",
+        TypeSignature::Any(2),
+        DataType::Utf8,
+        Volatility::Stable,
+        move |args, _| {
+            let rels = e.upgrade().map(|e| relations(&*e)).unwrap_or_default();
+            let (oids, attnums) = (texts(args, 0)?, texts(args, 1)?);
+            Ok(Arc::new(StringArray::from_iter(
+                oids.iter().zip(&attnums).map(|(oid, attnum)| {
+                    let oid: i32 = oid.as_deref()?.parse().ok()?;
+                    let attnum: usize = attnum.as_deref()?.parse().ok()?;
+                    let r = rels.iter().find(|r| r.oid == oid)?;
+                    r.columns.get(attnum.checked_sub(1)?)?.default.clone()
+                }),
+            )))
         },
     ));
     // Primary keys are the only indexes and constraints.
