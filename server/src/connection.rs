@@ -35,7 +35,8 @@ use tokio_util::codec::{Framed, FramedParts};
 
 use crate::admission::{self, Ticket};
 use crate::auth::ConnectionTls;
-use crate::handler::{Backend, Prepared, RawOut, SessionSlot};
+use crate::handler::{Backend, EndImplicit, Prepared, RawAccess, RawOut, SessionSlot};
+use crate::held::Held;
 use crate::panics;
 use crate::pipeline::{self, Ahead};
 use crate::tls;
@@ -163,7 +164,10 @@ pub async fn serve(
         );
         let result = match msg {
             PgWireFrontendMessage::Query(q) if serving => {
-                backend.simple_query(&mut socket, q, Some(raw_out)).await
+                let end = Some(end_implicit as EndImplicit<Socket>);
+                backend
+                    .simple_query(&mut socket, q, Some(raw_out), end)
+                    .await
             }
             PgWireFrontendMessage::Execute(e) if serving => {
                 match pipeline::before_execute(&mut socket, &mut reader, &e).await {
@@ -212,6 +216,14 @@ pub async fn serve(
             }
         }
         if let Err(e) = result {
+            // an error anywhere in a pipeline (Parse, Bind, the wire layer) aborts its
+            // implicit transaction, as one in a statement does
+            if let Some(slot) = socket.session_extensions().get::<SessionSlot>() {
+                let mut s = slot.0.lock().await;
+                if s.in_implicit() {
+                    s.abort_block();
+                }
+            }
             let info: ErrorInfo = e.into();
             if info.is_fatal() {
                 // as PostgreSQL: the error, then the connection ends (pgwire's process_error
@@ -250,13 +262,20 @@ async fn process(
     .await
 }
 
-/// The negotiated socket over a [`pipeline::Held`] byte stream.
+/// The negotiated socket over a [`Held`] byte stream.
 fn held(socket: Framed<MaybeTls, PgWireMessageServerCodec<Arc<Prepared>>>, limit: usize) -> Socket {
     let parts = socket.into_parts();
-    let mut held = FramedParts::new(pipeline::Held::new(parts.io, limit), parts.codec);
+    let mut held = FramedParts::new(Held::new(parts.io, limit), parts.codec);
     held.read_buf = parts.read_buf;
     held.write_buf = parts.write_buf;
     Framed::from_parts(held)
+}
+
+fn end_implicit(
+    socket: &mut Socket,
+    raw: RawAccess<Socket>,
+) -> futures::future::BoxFuture<'_, Result<(), PgWireError>> {
+    Box::pin(pipeline::at_sync(socket, raw))
 }
 
 fn raw_out(socket: &mut Socket) -> &mut dyn RawOut {

@@ -113,7 +113,7 @@ impl Drop for CancelRegistration {
 struct CopySlot(std::sync::Mutex<Option<(PendingCopy, Vec<u8>, bool)>>);
 
 /// How to send each deferred RETURNING of the pipeline, in order (see
-/// [`crate::pipeline`]).
+/// `pipeline.rs`, which reads it at the pipeline's end).
 #[derive(Default)]
 pub struct PipelineSlot(pub std::sync::Mutex<Vec<DeferredRows>>);
 
@@ -607,8 +607,8 @@ pub trait RawOut: Send {
     /// The socket, for bytes written once the write buffer is flushed and
     /// bytes read into the read buffer.
     fn socket(&mut self) -> &mut dyn Socket;
-    /// What the connection holds for a pipeline's commit ([`crate::pipeline`]).
-    fn held(&mut self) -> &mut crate::pipeline::HeldBytes;
+    /// What the connection holds for a pipeline's commit ([`crate::held`]).
+    fn held(&mut self) -> &mut crate::held::HeldBytes;
 }
 
 /// A connection's socket.
@@ -616,7 +616,7 @@ pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send {}
 
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Socket for T {}
 
-impl<T, U> RawOut for Framed<crate::pipeline::Held<T>, U>
+impl<T, U> RawOut for Framed<crate::held::Held<T>, U>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send,
     U: Send,
@@ -633,7 +633,7 @@ where
         self.get_mut()
     }
 
-    fn held(&mut self) -> &mut crate::pipeline::HeldBytes {
+    fn held(&mut self) -> &mut crate::held::HeldBytes {
         self.get_mut().held()
     }
 }
@@ -702,6 +702,11 @@ where
 /// knows the client is one (the connection loop does; pgwire's trait
 /// methods cannot say so and pass `None`).
 pub type RawAccess<C> = fn(&mut C) -> &mut dyn RawOut;
+
+/// How the connection loop ends a simple Query's implicit transaction and sends what it
+/// held for the commit (`pipeline.rs`).
+pub type EndImplicit<C> =
+    for<'a> fn(&'a mut C, RawAccess<C>) -> futures::future::BoxFuture<'a, PgWireResult<()>>;
 
 /// Framed COPY data at least this large is written to the socket directly;
 /// smaller pieces (a tail's rows) gather in the write buffer.
@@ -881,6 +886,7 @@ impl Backend {
         client: &mut C,
         query: pgwire::messages::simplequery::Query,
         raw: Option<RawAccess<C>>,
+        end: Option<EndImplicit<C>>,
     ) -> PgWireResult<()>
     where
         C: Client,
@@ -909,7 +915,7 @@ impl Backend {
                 for (i, p) in parsed.iter().enumerate() {
                     let mut s = session.lock().await;
                     // several statements are one implicit transaction (see `pipeline`)
-                    if i + 1 < parsed.len() && raw.is_some() && s.opens_implicit(p) {
+                    if i + 1 < parsed.len() && end.is_some() && s.opens_implicit(p) {
                         s.begin_implicit();
                         implicit = true;
                     }
@@ -949,8 +955,8 @@ impl Backend {
                         break;
                     }
                 }
-                if let (true, Some(raw)) = (implicit, raw) {
-                    crate::pipeline::at_sync(client, raw).await?;
+                if let (true, Some(raw), Some(end)) = (implicit, raw, end) {
+                    end(client, raw).await?;
                 }
             }
             Err(e) => {
@@ -1001,7 +1007,10 @@ impl Backend {
                     describe: true,
                 };
                 record_deferred(client, rows);
-                crate::pipeline::deferred_here(client, raw).await
+                // what follows waits for the commit, from here
+                client.flush().await?;
+                raw(client).held().mark();
+                Ok(())
             }
             Output::Rows {
                 schema,
@@ -1095,7 +1104,16 @@ impl Backend {
             return sent;
         }
         let max_rows = message.max_rows.max(0) as usize;
-        if max_rows == 0 || !matches!(portal.statement.statement.parsed, Parsed::Query(_)) {
+        let parsed = &portal.statement.statement.parsed;
+        if max_rows > 0 && matches!(parsed, Parsed::Insert(i) if i.returning.is_some()) {
+            // its rows wait for the pipeline's commit, and come whole (see `pipeline`)
+            if session_of(client)?.lock().await.in_implicit() {
+                return Err(user_error(sluice_sql::Error::unsupported(
+                    "a row-limited Execute of INSERT ... RETURNING inside a pipeline is not supported: its rows wait for the pipeline's commit",
+                )));
+            }
+        }
+        if max_rows == 0 || !matches!(parsed, Parsed::Query(_)) {
             return match raw {
                 Some(raw) if max_rows == 0 => self.execute_portal(client, &portal, raw).await,
                 _ => self._on_execute(client, message).await,
@@ -1261,7 +1279,7 @@ impl SimpleQueryHandler for Backend {
         C: Client,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        self.simple_query(client, query, None).await
+        self.simple_query(client, query, None, None).await
     }
 
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>

@@ -17,6 +17,7 @@ pub mod copy_out;
 pub mod encode;
 pub mod errors;
 pub mod handler;
+pub mod held;
 pub mod logging;
 pub mod metrics;
 pub mod panics;

@@ -18,14 +18,10 @@
 //! replaces everything held. A Flush while rows wait ends the block there
 //! ([`at_flush`]): the client asked for the results it is owed.
 //!
-//! Invariants: bytes are held only between a deferred RETURNING and the
-//! end of its block, in order, bounded by `max_statement_bytes` (beyond it
-//! the write fails and the connection ends); marks are positions in the
-//! held bytes, one per recorded format.
-
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+//! Invariants: bytes are held ([`Held`]) only between a deferred RETURNING
+//! and the end of its block, in order, bounded by `max_statement_bytes`
+//! (beyond it the write fails and the connection ends); one mark per
+//! recorded format.
 
 use futures::{Sink, SinkExt};
 use pgwire::api::store::PortalStore;
@@ -36,108 +32,13 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::PgWireMessageServerCodec;
 use sluice_sql::statement::Parsed;
 use sluice_sql::Output;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::Framed;
 
 use crate::errors::{error_info, user_error};
 use crate::handler::{send_rows, session_of, Client, PipelineSlot, Prepared, RawAccess};
+use crate::held::Held;
 use crate::wire::{Reader, Refused};
-
-/// A connection's byte stream that can hold what is written instead of
-/// sending it.
-pub struct Held<T> {
-    inner: T,
-    state: HeldBytes,
-}
-
-/// What [`Held`] holds.
-#[derive(Debug, Default)]
-pub struct HeldBytes {
-    hold: bool,
-    held: Vec<u8>,
-    /// Where each deferred RETURNING's rows go in `held`.
-    marks: Vec<usize>,
-    limit: usize,
-}
-
-impl<T> Held<T> {
-    pub fn new(inner: T, limit: usize) -> Held<T> {
-        Held {
-            inner,
-            state: HeldBytes {
-                limit,
-                ..HeldBytes::default()
-            },
-        }
-    }
-
-    pub fn get_ref(&self) -> &T {
-        &self.inner
-    }
-
-    pub fn held(&mut self) -> &mut HeldBytes {
-        &mut self.state
-    }
-}
-
-impl HeldBytes {
-    /// Hold from here on, with a mark at the current end.
-    fn mark(&mut self) {
-        self.hold = true;
-        self.marks.push(self.held.len());
-    }
-
-    /// Stop holding: the held bytes and the marks in them.
-    fn release(&mut self) -> (Vec<u8>, Vec<usize>) {
-        self.hold = false;
-        (
-            std::mem::take(&mut self.held),
-            std::mem::take(&mut self.marks),
-        )
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Held<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Held<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let state = &mut self.state;
-        if !state.hold {
-            return Pin::new(&mut self.inner).poll_write(cx, buf);
-        }
-        if state.held.len() + buf.len() > state.limit {
-            return Poll::Ready(Err(io::Error::other(format!(
-                "a pipeline's results held for its commit exceed {} bytes (max_statement_bytes)",
-                state.limit
-            ))));
-        }
-        state.held.extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.state.hold {
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
 
 /// The connection's framed socket, generic over the byte stream under it.
 pub type Socket<T> = Framed<Held<T>, PgWireMessageServerCodec<std::sync::Arc<Prepared>>>;
@@ -169,7 +70,8 @@ where
     };
     let parsed = &portal.statement.statement.parsed;
     // a row-limited RETURNING goes through pgwire's portal (see `handler`), which
-    // cannot defer its rows: it commits alone, as before
+    // cannot defer its rows: it commits alone, as before (and inside an implicit
+    // block it is refused)
     if execute.max_rows > 0 && matches!(parsed, Parsed::Insert(i) if i.returning.is_some()) {
         return Ok(Ahead::Nothing);
     }
@@ -196,21 +98,10 @@ where
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     let recorded = deferred(client);
-    if recorded > raw(client).held().marks.len() {
-        deferred_here(client, raw).await?;
+    if recorded > raw(client).held().marks() {
+        client.flush().await?;
+        raw(client).held().mark();
     }
-    Ok(())
-}
-
-/// The statement just run deferred its rows (its format is recorded): hold
-/// what follows, from a mark at this place.
-pub async fn deferred_here<C>(client: &mut C, raw: RawAccess<C>) -> PgWireResult<()>
-where
-    C: Client,
-    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-{
-    client.flush().await?;
-    raw(client).held().mark();
     Ok(())
 }
 
@@ -221,9 +112,12 @@ where
     C: Client,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    let session = session_of(client)?;
+    // a Sync before startup finished has no session, and nothing to end
+    let Ok(session) = session_of(client) else {
+        return Ok(());
+    };
     let mut s = session.lock().await;
-    if !s.in_implicit() && raw(client).held().marks.is_empty() {
+    if !s.in_implicit() && raw(client).held().marks() == 0 {
         return Ok(());
     }
     let ended = s.end_implicit().await;
@@ -286,7 +180,7 @@ where
     C: Client,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    if raw(client).held().marks.is_empty() {
+    if raw(client).held().marks() == 0 {
         return Ok(());
     }
     at_sync(client, raw).await

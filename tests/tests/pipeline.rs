@@ -96,8 +96,8 @@ async fn events(server: &Server) -> Vec<Vec<Option<String>>> {
     simple_rows(&client, "SELECT offset, body FROM events ORDER BY offset").await
 }
 
-#[tokio::test]
-async fn a_pipeline_commits_at_sync_all_or_nothing() {
+/// A server with stream `events`, and a raw connection to it.
+async fn with_events() -> (Server, Wire) {
     let server = Server::start().await;
     let client = server.client().await;
     exec(
@@ -105,7 +105,13 @@ async fn a_pipeline_commits_at_sync_all_or_nothing() {
         "CREATE STREAM events (body text NOT NULL, n bigint)",
     )
     .await;
-    let mut wire = Wire::connect(server.port()).await;
+    let wire = Wire::connect(server.port()).await;
+    (server, wire)
+}
+
+#[tokio::test]
+async fn a_pipeline_commits_at_sync_all_or_nothing() {
+    let (server, mut wire) = with_events().await;
 
     // three appends and one Sync: each RETURNING answers in its place with
     // the offset the commit gave it
@@ -175,14 +181,7 @@ async fn a_pipeline_commits_at_sync_all_or_nothing() {
 
 #[tokio::test]
 async fn a_flush_answers_the_returning_it_owes() {
-    let server = Server::start().await;
-    let client = server.client().await;
-    exec(
-        &client,
-        "CREATE STREAM events (body text NOT NULL, n bigint)",
-    )
-    .await;
-    let mut wire = Wire::connect(server.port()).await;
+    let (server, mut wire) = with_events().await;
 
     // a write followed by more of the pipeline, then Flush: the client asked
     // for the rows, so the statements so far commit there
@@ -199,6 +198,38 @@ async fn a_flush_answers_the_returning_it_owes() {
     wire.send(&sync()).await;
     assert_eq!(tags(&until_ready(&mut wire).await), "Z");
     assert_eq!(events(&server).await.len(), 2);
+}
+
+#[tokio::test]
+async fn an_error_anywhere_in_a_pipeline_undoes_it() {
+    let (server, mut wire) = with_events().await;
+    // a row-limited RETURNING: its rows could only come after the commit, all
+    // at once; refused, and the pipeline with it
+    let mut batch = statement(INSERT, &[Some("a"), Some("1")]);
+    batch.extend(parse(INSERT));
+    batch.extend(bind_text(&[Some("b"), Some("2")]));
+    let mut limited = cstr("");
+    limited.extend_from_slice(&1i32.to_be_bytes());
+    batch.extend(message(b'E', &limited));
+    batch.extend(sync());
+    wire.send(&batch).await;
+    let answer = until_ready(&mut wire).await;
+    assert_eq!(tags(&answer), "12DC12EZ");
+    let error = answer.iter().find(|m| m.0 == b'E').expect("an error");
+    assert_eq!(error_code(&error.1), "0A000");
+    assert_eq!(rows(&answer), vec![vec![None, Some("a".to_string())]]);
+    assert!(events(&server).await.is_empty());
+
+    // so is one whose second statement does not parse
+    let mut batch = statement(
+        "INSERT INTO events (body, n) VALUES ($1, $2)",
+        &[Some("a"), Some("1")],
+    );
+    batch.extend(parse("INSERT INTO events VALUES ("));
+    batch.extend(sync());
+    wire.send(&batch).await;
+    assert_eq!(tags(&until_ready(&mut wire).await), "12CEZ");
+    assert!(events(&server).await.is_empty());
 }
 
 #[tokio::test]

@@ -276,6 +276,29 @@ fn setting_functions(vars: &SharedVars) -> Vec<ScalarUDF> {
 
 /// Lookups of relations and types: `to_regtype`, `to_regclass`,
 /// `pg_get_indexdef`, `pg_get_constraintdef`, the `pg_*_size` family.
+/// `sluice_column_default(relation, attnum)`: a column's default as pg_attrdef holds it
+/// (psql's `\d`, through client_sql's FRAGMENTS).
+fn column_default(e: Weak<dyn CatalogSource>) -> ScalarUDF {
+    udf(
+        "sluice_column_default",
+        TypeSignature::Any(2),
+        DataType::Utf8,
+        Volatility::Stable,
+        move |args, _| {
+            let rels = e.upgrade().map(|e| relations(&*e)).unwrap_or_default();
+            let (oids, attnums) = (texts(args, 0)?, texts(args, 1)?);
+            Ok(Arc::new(StringArray::from_iter(
+                oids.iter().zip(&attnums).map(|(oid, attnum)| {
+                    let oid: i32 = oid.as_deref()?.parse().ok()?;
+                    let attnum: usize = attnum.as_deref()?.parse().ok()?;
+                    let r = rels.iter().find(|r| r.oid == oid)?;
+                    r.columns.get(attnum.checked_sub(1)?)?.default.clone()
+                }),
+            )))
+        },
+    )
+}
+
 fn relation_functions(
     engine: &Weak<dyn CatalogSource>,
     type_oids: Arc<HashMap<String, i32>>,
@@ -335,26 +358,7 @@ fn relation_functions(
             }))))
         },
     ));
-    // a column's default as pg_attrdef holds it (psql's \d, through client_sql's FRAGMENTS)
-    let e = engine.clone();
-    out.push(udf(
-        "sluice_column_default",
-        TypeSignature::Any(2),
-        DataType::Utf8,
-        Volatility::Stable,
-        move |args, _| {
-            let rels = e.upgrade().map(|e| relations(&*e)).unwrap_or_default();
-            let (oids, attnums) = (texts(args, 0)?, texts(args, 1)?);
-            Ok(Arc::new(StringArray::from_iter(
-                oids.iter().zip(&attnums).map(|(oid, attnum)| {
-                    let oid: i32 = oid.as_deref()?.parse().ok()?;
-                    let attnum: usize = attnum.as_deref()?.parse().ok()?;
-                    let r = rels.iter().find(|r| r.oid == oid)?;
-                    r.columns.get(attnum.checked_sub(1)?)?.default.clone()
-                }),
-            )))
-        },
-    ));
+    out.push(column_default(engine.clone()));
     // Primary keys are the only indexes and constraints.
     for (name, index) in [("pg_get_indexdef", true), ("pg_get_constraintdef", false)] {
         let e = engine.clone();
