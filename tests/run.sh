@@ -57,6 +57,12 @@ set -e
 # One closing line over all runners.
 rust_passed=$(grep -Eo '[0-9]+ passed' "$target/cargo-test.log" | awk '{s+=$1} END {print s+0}' || true)
 rust_failed=$(grep -Eo '[0-9]+ failed' "$target/cargo-test.log" | awk '{s+=$1} END {print s+0}' || true)
+if [ "$rust_status" -ne 0 ] && [ "$rust_failed" -eq 0 ]; then
+  # a test binary that failed without a "N failed" line (harness = false, a crash, a
+  # build error) counts once for each target cargo names as failed
+  rust_failed=$(grep -Ec '^error: test failed|^error: could not compile' "$target/cargo-test.log" || true)
+  [ "$rust_failed" -gt 0 ] || rust_failed=1
+fi
 py_passed=$(grep -Eo '[0-9]+ passed' "$target/pytest.log" | tail -1 | awk '{print $1+0}' || true)
 py_failed=$(grep -Eo '[0-9]+ failed' "$target/pytest.log" | tail -1 | awk '{print $1+0}' || true)
 go_passed=$(grep -Ec '^[[:space:]]*--- PASS' "$target/go-test.log" || true)
