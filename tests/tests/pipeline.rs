@@ -234,13 +234,8 @@ async fn an_error_anywhere_in_a_pipeline_undoes_it() {
 
 #[tokio::test]
 async fn several_statements_in_one_query_are_one_transaction() {
-    let server = Server::start().await;
+    let (server, mut wire) = with_events().await;
     let client = server.client().await;
-    exec(
-        &client,
-        "CREATE STREAM events (body text NOT NULL, n bigint)",
-    )
-    .await;
     exec(&client, "CREATE TABLE kv (k text PRIMARY KEY, v bigint)").await;
 
     // a failing statement undoes the ones before it, streams and tables alike
@@ -257,7 +252,6 @@ async fn several_statements_in_one_query_are_one_transaction() {
     assert!(simple_rows(&client, "SELECT k FROM kv").await.is_empty());
 
     // RETURNING answers with the offsets the commit gave
-    let mut wire = Wire::connect(server.port()).await;
     let query = "INSERT INTO events (body) VALUES ('a') RETURNING offset, body; \
                  INSERT INTO events (body) VALUES ('b'), ('c') RETURNING offset, body";
     wire.send(&message(b'Q', &cstr(query))).await;
