@@ -20,7 +20,12 @@
 //!   changed since the transaction's snapshot (40001), a duplicate key
 //!   (23505) or a dropped table fails the whole command.
 //! - Dropping or truncating a stream checkpoints before deleting files, so
-//!   a recovered checkpoint never points at a deleted segment.
+//!   a recovered checkpoint never points at a deleted segment (a drop
+//!   after its whole command, a truncation before itself).
+//! - A table a command creates can be written later in the same command
+//!   (a transaction block's DDL): the write names it by a local id
+//!   ([`crate::block_catalog::LOCAL_ID_BASE`] + the position of its
+//!   `CreateTable` op), resolved here to the id the table gets.
 
 use std::collections::HashMap;
 use std::fs;
@@ -33,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use sluice_consensus::StateMachine;
 use sluice_storage::{StreamCheckpoint, StreamLog, StreamLogOptions};
 
+use crate::block_catalog::LOCAL_ID_BASE;
 use crate::catalog::{Catalog, Stream};
 use crate::command::{op, Command, CommandResult, OpOutcome};
 use crate::definition::{StreamDef, TableDef, ViewDef, CONSUMER_OFFSETS};
@@ -138,6 +144,9 @@ pub struct Database {
     tables: Arc<TableStore>,
     /// Tables dropped since the last checkpoint (their rows go at the next).
     dropped_tables: Vec<u64>,
+    /// Directories of streams the command being applied dropped: removed once a
+    /// checkpoint taken after the whole command no longer names them.
+    dropped_streams: Vec<PathBuf>,
     /// See [`CheckpointFile::snapshot_point`].
     snapshot_point: Option<(u64, u64)>,
 }
@@ -171,6 +180,7 @@ impl Database {
         Ok(Database {
             tables: Arc::new(tables),
             dropped_tables: Vec::new(),
+            dropped_streams: Vec::new(),
             snapshot_point: cp.snapshot_point,
             next_oid,
             dir: dir.to_path_buf(),
@@ -400,6 +410,11 @@ impl Database {
             let Some(op::Kind::Append(a)) = &o.kind else {
                 continue;
             };
+            // a stream the command creates has no dedup index yet (a block may not
+            // write one with a dedup_key); the name may still be an older stream's
+            if a.stream_id >= LOCAL_ID_BASE {
+                continue;
+            }
             let Some(stream) = self.catalog.get(&a.stream) else {
                 continue;
             };
@@ -495,7 +510,13 @@ impl Database {
 
     /// Validate the table part of a command (its reads, then its writes in
     /// order) against the current state, and return the row changes.
-    fn plan_table_writes(&self, cmd: &Command) -> Result<Vec<Write>, Error> {
+    /// `creates_table`: the command's `CreateTable` ops that create (see `validate`).
+    fn plan_table_writes(
+        &self,
+        index: u64,
+        cmd: &Command,
+        creates_table: &[usize],
+    ) -> Result<Vec<Write>, Error> {
         let writes_tables = cmd
             .ops
             .iter()
@@ -533,27 +554,28 @@ impl Database {
         }
         let mut seen: HashMap<(u64, Vec<u8>), bool> = HashMap::new();
         let mut writes = Vec::new();
-        for o in &cmd.ops {
+        let mut created: HashMap<usize, Arc<Table>> = HashMap::new();
+        for (i, o) in cmd.ops.iter().enumerate() {
             let Some(op::Kind::TableWrite(w)) = &o.kind else {
                 continue;
             };
-            let table = self
-                .catalog
-                .table(&w.table)
-                .ok_or_else(|| Error::undefined_table(&w.table))?;
-            if table.def.id != w.table_id {
-                return Err(Error::new(
-                    sqlstate::SERIALIZATION_FAILURE,
-                    format!(
-                        "table \"{}\" was dropped and re-created while the transaction ran",
-                        w.table
-                    ),
-                ));
-            }
-            let k = (w.table_id, w.key.clone());
+            let table = if w.table_id >= LOCAL_ID_BASE {
+                let j = (w.table_id - LOCAL_ID_BASE) as usize;
+                match created.get(&j) {
+                    Some(t) => t.clone(),
+                    None => {
+                        let t = created_table(index, cmd, i, j, &w.table, creates_table)?;
+                        created.insert(j, t.clone());
+                        t
+                    }
+                }
+            } else {
+                self.write_target(w)?
+            };
+            let k = (table.def.id, w.key.clone());
             let exists = match seen.get(&k) {
                 Some(e) => *e,
-                None => snap.get(w.table_id, &w.key)?.is_some(),
+                None => snap.get(table.def.id, &w.key)?.is_some(),
             };
             if w.kind == write_kind::INSERT && exists {
                 return Err(table.duplicate(&table.decode(&w.row)?));
@@ -561,7 +583,7 @@ impl Database {
             let row = (w.kind != write_kind::DELETE).then(|| Arc::from(w.row.as_slice()));
             seen.insert(k, row.is_some());
             writes.push(Write {
-                table: w.table_id,
+                table: table.def.id,
                 key: w.key.clone(),
                 row,
             });
@@ -569,35 +591,29 @@ impl Database {
         Ok(writes)
     }
 
-    /// Check every op against the catalog as it will be when the op runs.
-    fn validate(&self, cmd: &Command) -> Result<(), Error> {
-        // Drops and truncations checkpoint while they apply; table writes
-        // reach the store at the end of the command. Keeping them in
-        // separate commands keeps every checkpoint exact.
-        let checkpoints_midway = cmd.ops.iter().any(|o| {
-            matches!(
-                o.kind,
-                Some(op::Kind::DropRelation(_)) | Some(op::Kind::Truncate(_))
-            )
-        });
-        let writes_tables = cmd
-            .ops
-            .iter()
-            .any(|o| matches!(o.kind, Some(op::Kind::TableWrite(_))));
-        let changes_roles = cmd
-            .ops
-            .iter()
-            .any(|o| matches!(o.kind, Some(op::Kind::RoleChange(_))));
-        if changes_roles && cmd.ops.len() > 1 {
-            return Err(Error::internal(
-                "a role change must be a command of its own",
+    /// The existing table a write names, if it is still the one the transaction wrote.
+    fn write_target(&self, w: &crate::command::TableWrite) -> Result<Arc<Table>, Error> {
+        let table = self
+            .catalog
+            .table(&w.table)
+            .ok_or_else(|| Error::undefined_table(&w.table))?;
+        if table.def.id != w.table_id {
+            return Err(Error::new(
+                sqlstate::SERIALIZATION_FAILURE,
+                format!(
+                    "table \"{}\" was dropped and re-created while the transaction ran",
+                    w.table
+                ),
             ));
         }
-        if checkpoints_midway && writes_tables {
-            return Err(Error::unsupported(
-                "DROP and prefix truncation cannot commit together with table writes",
-            ));
-        }
+        Ok(table)
+    }
+
+    /// Check every op against the catalog as it will be when the op runs. Returns the
+    /// positions of the `CreateTable` ops that create a table (not skipped by `IF NOT
+    /// EXISTS`).
+    fn validate(&self, cmd: &Command) -> Result<Vec<usize>, Error> {
+        check_mix(cmd)?;
         // name -> Some(id) exists / None dropped, for names touched earlier in the command
         let mut overlay: HashMap<&str, Option<u64>> = HashMap::new();
         let exists = |overlay: &HashMap<&str, Option<u64>>, name: &str| -> Option<u64> {
@@ -611,7 +627,10 @@ impl Database {
                     .or_else(|| self.catalog.view(name).map(|v| v.def.id)),
             }
         };
-        for o in &cmd.ops {
+        let mut creates_table = Vec::new();
+        // name -> is a view, for names the command's earlier ops created
+        let mut made: HashMap<&str, bool> = HashMap::new();
+        for (i, o) in cmd.ops.iter().enumerate() {
             match &o.kind {
                 Some(op::Kind::CreateStream(crate::command::CreateStream {
                     name,
@@ -632,6 +651,10 @@ impl Database {
                         }
                     } else {
                         overlay.insert(name, Some(0));
+                        made.insert(name, false);
+                        if matches!(o.kind, Some(op::Kind::CreateTable(_))) {
+                            creates_table.push(i);
+                        }
                     }
                 }
                 Some(op::Kind::TableWrite(_)) | Some(op::Kind::RoleChange(_)) => {}
@@ -639,6 +662,7 @@ impl Database {
                     let replaces = self.validate_create_view(c, &|n| exists(&overlay, n))?;
                     if !replaces {
                         overlay.insert(&c.name, Some(0));
+                        made.insert(&c.name, true);
                     }
                 }
                 Some(op::Kind::DropRelation(d)) => {
@@ -653,7 +677,11 @@ impl Database {
                             return Err(Error::undefined_table(&d.name));
                         }
                     } else {
-                        self.validate_drop(d, cmd)?;
+                        let is_view = made
+                            .get(d.name.as_str())
+                            .copied()
+                            .unwrap_or_else(|| self.catalog.view(&d.name).is_some());
+                        self.validate_drop(d, is_view, cmd)?;
                         overlay.insert(&d.name, None);
                     }
                 }
@@ -684,14 +712,38 @@ impl Database {
                 None => return Err(Error::internal("empty op in command")),
             }
         }
-        Ok(())
+        Ok(creates_table)
     }
 
     fn apply_command(&mut self, index: u64, cmd: Command) -> Result<CommandResult, String> {
-        if let Err(e) = self.validate(&cmd) {
-            return Ok(Err(e));
+        let result = self.apply_ops(index, cmd)?;
+        self.remove_dropped_streams(index)?;
+        Ok(result)
+    }
+
+    /// The files of streams the command at `index` dropped go, after a checkpoint of the
+    /// state the whole command left (a recovered checkpoint never names a deleted segment,
+    /// and never holds half a command).
+    fn remove_dropped_streams(&mut self, index: u64) -> Result<(), String> {
+        if self.dropped_streams.is_empty() {
+            return Ok(());
         }
-        let mut table_writes = match self.plan_table_writes(&cmd) {
+        self.write_checkpoint(index)?;
+        for path in std::mem::take(&mut self.dropped_streams) {
+            if let Err(e) = fs::remove_dir_all(&path) {
+                tracing::warn!(path = %path.display(), "could not remove dropped stream: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_ops(&mut self, index: u64, cmd: Command) -> Result<CommandResult, String> {
+        let creates_table = match self.validate(&cmd) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        let dropped_before = self.dropped_tables.len();
+        let mut table_writes = match self.plan_table_writes(index, &cmd, &creates_table) {
             Ok(w) => w,
             Err(e) => return Ok(Err(e)),
         };
@@ -720,6 +772,10 @@ impl Database {
                 Ok(outcome) => outcomes.push(outcome),
                 Err(e) => return Ok(Err(e)),
             }
+        }
+        // rows of a table the command dropped after writing it are not kept
+        if let Some(dead) = self.dropped_tables.get(dropped_before..) {
+            table_writes.retain(|w| !dead.contains(&w.table));
         }
         if !table_writes.is_empty() {
             self.tables.apply(index, table_writes);
@@ -838,7 +894,7 @@ impl Database {
     }
 
     /// `DROP STREAM` / `DROP TABLE` (either drops either): a stream's
-    /// files go after a checkpoint that no longer names them.
+    /// files go after the command, once a checkpoint no longer names them.
     fn drop_relation(&mut self, index: u64, d: crate::command::DropRelation) -> Applied {
         if d.cascade {
             self.drop_dependents(&d.name);
@@ -870,11 +926,8 @@ impl Database {
             self.tables.reset_table(index, id);
             self.dropped_tables.push(id);
         }
-        self.write_checkpoint(index)?;
-        let path = stream_dir(&self.dir, stream.def.id);
-        if let Err(e) = fs::remove_dir_all(&path) {
-            tracing::warn!(path = %path.display(), "could not remove dropped stream: {e}");
-        }
+        self.dropped_streams
+            .push(stream_dir(&self.dir, stream.def.id));
         Ok(Ok(OpOutcome::Dropped { existed: true }))
     }
 
@@ -947,6 +1000,58 @@ impl Database {
             first_offset: first,
         }))
     }
+}
+
+/// Ops that may not share a command. A truncation checkpoints while it applies; table
+/// writes reach the store at the end of the command: keeping them in separate commands
+/// keeps every checkpoint exact (a drop checkpoints after the whole command: see
+/// `remove_dropped_streams`). A role change is validated and applied on its own.
+fn check_mix(cmd: &Command) -> Result<(), Error> {
+    let has = |f: fn(&op::Kind) -> bool| cmd.ops.iter().any(|o| o.kind.as_ref().is_some_and(f));
+    if has(|k| matches!(k, op::Kind::RoleChange(_))) && cmd.ops.len() > 1 {
+        return Err(Error::internal(
+            "a role change must be a command of its own",
+        ));
+    }
+    if has(|k| matches!(k, op::Kind::Truncate(_))) && has(|k| matches!(k, op::Kind::TableWrite(_)))
+    {
+        return Err(Error::unsupported(
+            "prefix truncation cannot commit together with table writes",
+        ));
+    }
+    Ok(())
+}
+
+/// The table op `j` of the command at `index` creates, for a write at op `i` that names it
+/// by its local id (see [`crate::block_catalog`]): with the id `create_table` gives it.
+fn created_table(
+    index: u64,
+    cmd: &Command,
+    i: usize,
+    j: usize,
+    name: &str,
+    creates_table: &[usize],
+) -> Result<Arc<Table>, Error> {
+    let create = match cmd.ops.get(j).and_then(|o| o.kind.as_ref()) {
+        Some(op::Kind::CreateTable(c)) if j < i && c.name == name => c,
+        _ => {
+            return Err(Error::internal(format!(
+                "a write to \"{name}\" names a table its command does not create"
+            )))
+        }
+    };
+    if !creates_table.contains(&j) {
+        // CREATE TABLE IF NOT EXISTS found one another transaction committed meanwhile
+        return Err(Error::new(
+            sqlstate::SERIALIZATION_FAILURE,
+            format!("table \"{name}\" was created by another transaction while this one ran"),
+        ));
+    }
+    let mut def: TableDef = serde_json::from_str(&create.definition_json)
+        .map_err(|e| Error::internal(format!("bad table definition: {e}")))?;
+    def.id = index * 1024 + j as u64 + 1;
+    def.name = name.to_string();
+    Ok(Arc::new(Table::new(def)))
 }
 
 /// Default `dedup_window` of a stream with a `dedup_key`.
@@ -1034,14 +1139,19 @@ struct DedupPlan {
     entries: Vec<Write>,
 }
 
+/// The stream `name` (`current`: its id, 0 when the command created it) is the one the op
+/// was planned against: `planned_id`, or a local id or 0 for one created earlier in the
+/// same command (see [`crate::block_catalog`]).
 fn check_target(current: Option<u64>, name: &str, planned_id: u64) -> Result<(), Error> {
+    let created_here = planned_id == 0 || planned_id >= LOCAL_ID_BASE;
     match current {
         None => Err(Error::undefined_table(name)),
-        Some(id) if planned_id != 0 && id != 0 && id != planned_id => Err(Error::new(
+        Some(0) if created_here => Ok(()),
+        Some(id) if id == planned_id => Ok(()),
+        Some(_) => Err(Error::new(
             sqlstate::SERIALIZATION_FAILURE,
             format!("stream \"{name}\" was dropped and re-created while the statement ran"),
         )),
-        Some(_) => Ok(()),
     }
 }
 
@@ -1172,6 +1282,106 @@ mod tests {
                     .unwrap(),
             })),
         }
+    }
+
+    fn create_stream(name: &str) -> Op {
+        let def = StreamDef {
+            id: 0,
+            oid: 0,
+            name: name.into(),
+            columns: vec![crate::definition::ColumnDef {
+                name: "m".into(),
+                ty: crate::types::ColumnType::Text,
+                not_null: false,
+                default: None,
+            }],
+            options: Default::default(),
+        };
+        Op {
+            kind: Some(op::Kind::CreateStream(crate::command::CreateStream {
+                name: name.into(),
+                definition_json: serde_json::to_string(&def).unwrap(),
+                if_not_exists: false,
+                owner: String::new(),
+            })),
+        }
+    }
+
+    fn drop_op(name: &str) -> Op {
+        Op {
+            kind: Some(op::Kind::DropRelation(crate::command::DropRelation {
+                name: name.into(),
+                ..Default::default()
+            })),
+        }
+    }
+
+    /// A write to table `name` as a block that created it at op `at` sends it.
+    fn local_write(name: &str, at: u64, k: i64, v: i64) -> Op {
+        Op {
+            kind: Some(op::Kind::TableWrite(TableWrite {
+                table: name.into(),
+                table_id: LOCAL_ID_BASE + at,
+                kind: write_kind::INSERT,
+                key: key(k),
+                row: encode_row(&[ScalarValue::Int64(Some(k)), ScalarValue::Int64(Some(v))])
+                    .unwrap(),
+            })),
+        }
+    }
+
+    /// A transaction block's DDL commits in the block's one command (`session::block_ddl`):
+    /// a table created there is written by its local id, a dropped stream's files go after
+    /// a checkpoint of the whole command, a dropped table's writes are not kept. (Before,
+    /// such a command was refused: "DROP ... cannot commit together with table writes".)
+    #[test]
+    fn one_command_creates_writes_and_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = open(dir.path());
+        let first = vec![create("t"), create_stream("s"), create("gone")];
+        assert_eq!(code(run(&mut db, 1, 0, vec![], first)), "ok");
+        let s_dir = stream_dir(dir.path(), db.catalog.get("s").unwrap().def.id);
+        let gone = db.catalog.table("gone").unwrap().def.id;
+        assert!(s_dir.exists());
+        let mut gone_write = local_write("gone", 0, 5, 50);
+        if let Some(op::Kind::TableWrite(w)) = &mut gone_write.kind {
+            w.table_id = gone;
+        }
+        let ops = vec![
+            write(&db, write_kind::INSERT, 1, 10),
+            create("u"),
+            local_write("u", 1, 7, 70),
+            drop_op("s"),
+            gone_write,
+            drop_op("gone"),
+        ];
+        assert_eq!(code(run(&mut db, 2, 0, vec![], ops)), "ok");
+        let u = db.catalog.table("u").unwrap().def.id;
+        assert_eq!(u, 2 * 1024 + 1 + 1);
+        assert!(db.tables.snapshot().get(u, &key(7)).unwrap().is_some());
+        assert!(db.catalog.get("s").is_none() && !s_dir.exists());
+        assert!(db.tables.snapshot().get(gone, &key(5)).unwrap().is_none());
+        // a local id must name a CreateTable op before the write, of the same name
+        let bad = vec![create("v"), local_write("w", 0, 1, 1)];
+        assert_eq!(code(run(&mut db, 3, 0, vec![], bad)), "XX000");
+        let early = vec![local_write("v", 1, 1, 1), create("v")];
+        assert_eq!(code(run(&mut db, 4, 0, vec![], early)), "XX000");
+        // CREATE TABLE IF NOT EXISTS met a table committed meanwhile: the block fails
+        let mut again = create("u");
+        if let Some(op::Kind::CreateTable(c)) = &mut again.kind {
+            c.if_not_exists = true;
+        }
+        let ops = vec![again, local_write("u", 0, 8, 80)];
+        assert_eq!(code(run(&mut db, 5, 0, vec![], ops)), "40001");
+        assert!(db.catalog.table("v").is_none());
+        // the checkpoint the drop took holds the whole command, table rows included
+        drop(db);
+        let db = open(dir.path());
+        assert_eq!(db.applied_index(), 2);
+        let t = db.catalog.table("t").unwrap().def.id;
+        assert!(db.tables.snapshot().get(t, &key(1)).unwrap().is_some());
+        assert!(db.tables.snapshot().get(u, &key(7)).unwrap().is_some());
+        assert!(db.catalog.get("s").is_none() && db.catalog.table("gone").is_none());
     }
 
     fn read(table_id: u64, k: Option<i64>) -> TableRead {

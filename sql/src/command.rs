@@ -184,9 +184,10 @@ pub struct CreateView {
 pub struct Append {
     #[prost(string, tag = "1")]
     pub stream: String,
-    /// Id of the stream the rows were planned against; 0 means "created
-    /// earlier in this same command". A mismatch means the stream was
-    /// dropped (and maybe re-created) meanwhile: the append fails.
+    /// Id of the stream the rows were planned against; 0 or a local id
+    /// (`block_catalog::LOCAL_ID_BASE` + op position) means "created earlier
+    /// in this same command". A mismatch means the stream was dropped (and
+    /// maybe re-created) meanwhile: the append fails.
     #[prost(uint64, tag = "2")]
     pub stream_id: u64,
     /// Arrow IPC stream bytes holding one record batch of user columns.

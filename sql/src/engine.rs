@@ -21,6 +21,7 @@ use datafusion::prelude::SessionConfig;
 use sluice_consensus::{Membership, NodeConfig, NodeHandle, ProposeError};
 
 use crate::apply::{ApplyStats, Database};
+use crate::block_catalog::BlockCatalog;
 use crate::catalog::Catalog;
 use crate::command::{Command, CommandResult, Op, OpOutcome, TableRead};
 use crate::error::{sqlstate, Error, Result};
@@ -412,6 +413,7 @@ impl Engine {
         self: &Arc<Self>,
         vars: crate::settings::SharedVars,
         txn: Arc<TxnTables>,
+        block: Arc<BlockCatalog>,
         memory: Arc<crate::memory::StatementMemory>,
     ) -> Result<SessionContext> {
         let config = SessionConfig::new()
@@ -434,6 +436,7 @@ impl Engine {
         let schema: Arc<dyn SchemaProvider> = Arc::new(LiveSchema {
             engine: Arc::downgrade(self),
             txn,
+            block,
         });
         // registering into a fresh in-memory catalog cannot fail
         let _ = catalog.register_schema(SCHEMA_NAME, schema);
@@ -495,6 +498,8 @@ fn start_write_back(catalog: std::sync::Weak<Catalog>) {
 struct LiveSchema {
     engine: std::sync::Weak<Engine>,
     txn: Arc<TxnTables>,
+    /// What the session's open block created, altered or dropped (checked first).
+    block: Arc<BlockCatalog>,
 }
 
 /// Name under which a table's keyed view (rows plus their stored key)
@@ -528,6 +533,12 @@ impl SchemaProvider for LiveSchema {
             .map(|s| s.def.name.clone())
             .collect();
         names.extend(engine.catalog.tables().iter().map(|t| t.def.name.clone()));
+        for (name, present) in self.block.changes() {
+            names.retain(|n| *n != name);
+            if present {
+                names.push(name);
+            }
+        }
         names.push(STATS_VIEW.into());
         names.push(STREAMS_VIEW.into());
         names.push(CLUSTER_VIEW.into());
@@ -538,7 +549,7 @@ impl SchemaProvider for LiveSchema {
         let Some(engine) = self.engine.upgrade() else {
             return Ok(None);
         };
-        if let Some(stream) = engine.catalog.get(name) {
+        if let Some(stream) = self.block.stream(name, &engine.catalog) {
             let pending = self.txn.pending_appends(stream.def.id);
             return Ok(Some(Arc::new(
                 StreamTable::new(stream).with_pending(pending),
@@ -548,7 +559,7 @@ impl SchemaProvider for LiveSchema {
             Some(t) => (true, t),
             None => (false, name),
         };
-        if let Some(table) = engine.catalog.table(table_name) {
+        if let Some(table) = self.block.table(table_name, &engine.catalog) {
             return Ok(Some(Arc::new(TableScan::new(
                 table,
                 engine.tables.clone(),
@@ -568,7 +579,7 @@ impl SchemaProvider for LiveSchema {
         self.engine
             .upgrade()
             .map(|e| {
-                e.catalog.exists(name)
+                self.block.exists(name, &e.catalog)
                     || name == STATS_VIEW
                     || name == STREAMS_VIEW
                     || name == CLUSTER_VIEW

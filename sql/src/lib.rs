@@ -19,6 +19,7 @@ pub mod apply;
 pub mod arithmetic;
 pub mod arrays;
 pub mod binary;
+pub mod block_catalog;
 pub mod catalog;
 pub mod checked_fn;
 pub mod command;

@@ -36,6 +36,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::scalar::ScalarValue;
 use tokio::sync::{mpsc, watch};
 
+use crate::block_catalog::BlockCatalog;
 use crate::catalog::Stream;
 use crate::command::{Op, OpOutcome};
 use crate::compiled_values::ValuesCache;
@@ -50,11 +51,13 @@ use crate::table::TxnTables;
 use crate::tail::Tail;
 
 mod append;
+mod block_ddl;
 mod copy_from;
 mod cursor;
 mod ddl;
 mod describe;
 mod dml;
+mod last_appends;
 mod listen;
 mod naming;
 mod pipeline;
@@ -165,6 +168,10 @@ pub struct Session {
     _cancel_tx: watch::Sender<u64>,
     /// The transaction's view of tables (snapshot, own writes, reads).
     tables: Arc<TxnTables>,
+    /// What the open block's DDL created, altered or dropped (see [`BlockCatalog`]).
+    block: Arc<BlockCatalog>,
+    /// Where the last block's appends went (`sluice_last_offsets()`, see `last_appends`).
+    last_appends: Arc<last_appends::LastAppends>,
     /// The memory pool of this session's plans (see [`crate::memory`]).
     memory: Arc<StatementMemory>,
     /// Set once the running statement has proposed a write that may commit:
@@ -190,11 +197,13 @@ impl Session {
             ..SessionVars::default()
         }));
         let tables = Arc::new(TxnTables::default());
+        let block = Arc::new(BlockCatalog::default());
         let memory = StatementMemory::new(
             engine.limits.max_statement_memory,
             engine.query_memory.clone(),
         );
-        let ctx = engine.new_context(vars.clone(), tables.clone(), memory.clone())?;
+        let ctx =
+            engine.new_context(vars.clone(), tables.clone(), block.clone(), memory.clone())?;
         crate::value_size::install(&ctx, memory.clone());
         let notify = Arc::new(NotifyState {
             hub: engine.hub.clone(),
@@ -204,6 +213,11 @@ impl Session {
             pending: parking_lot::Mutex::new(Vec::new()),
         });
         ctx.register_udf(pg_notify_udf(notify.clone()));
+        let last_appends = Arc::new(last_appends::LastAppends::default());
+        ctx.register_udtf(
+            last_appends::FUNCTION,
+            Arc::new(last_appends::LastOffsetsFunction(last_appends.clone())),
+        );
         for udf in session_udfs(notify.clone()) {
             ctx.register_udf(udf);
         }
@@ -227,6 +241,8 @@ impl Session {
             cancel,
             _cancel_tx: cancel_tx,
             tables,
+            block,
+            last_appends,
             memory,
             committing: Arc::new(AtomicBool::new(false)),
             role: None,

@@ -285,6 +285,37 @@ def test_block_spanning_streams_and_tables(sluice, conn):
     assert conn.execute("SELECT customer, total FROM totals").fetchall() == [("ann", Decimal("15.00"))]
 
 
+def test_returning_offset_inside_a_transaction(sluice, conn):
+    """RETURNING offset on a stream inside a transaction answers NULL (offsets are
+    assigned at COMMIT); after COMMIT sluice_last_offsets() has them, also through a
+    prepared statement psycopg reuses."""
+    conn.execute("CREATE STREAM ret_events (kind text NOT NULL)")
+    conn.execute("INSERT INTO ret_events VALUES ('earlier')")
+    # autocommit: transaction() is BEGIN ... COMMIT (otherwise, after a query, a savepoint)
+    with sluice.connect(autocommit=True) as tx:
+        last = "SELECT stream, \"offset\" FROM sluice_last_offsets() ORDER BY n"
+        for round_ in range(3):
+            with tx.transaction():
+                got = [
+                    tx.execute("INSERT INTO ret_events VALUES (%s) RETURNING offset, kind",
+                               (f"r{round_}-{i}",), prepare=True).fetchone()
+                    for i in range(2)
+                ]
+                assert got == [(None, f"r{round_}-0"), (None, f"r{round_}-1")]
+            first = 1 + 2 * round_
+            assert tx.execute(last, prepare=True).fetchall() == [
+                ("ret_events", first), ("ret_events", first + 1)]
+        # a rolled-back transaction appended nothing
+        with pytest.raises(RuntimeError):
+            with tx.transaction():
+                tx.execute("INSERT INTO ret_events VALUES ('never') RETURNING offset")
+                raise RuntimeError("roll back")
+        assert tx.execute(last, prepare=True).fetchall() == []
+    rows = conn.execute("SELECT offset, kind FROM ret_events ORDER BY offset").fetchall()
+    assert [k for _, k in rows] == ["earlier", "r0-0", "r0-1", "r1-0", "r1-1", "r2-0", "r2-1"]
+    assert [o for o, _ in rows] == list(range(7))
+
+
 def test_duplicate_key_keeps_the_connection_working(sluice, conn):
     conn.execute("CREATE TABLE users (id int PRIMARY KEY, name text NOT NULL)")
     conn.execute("INSERT INTO users VALUES (%s, %s), (%s, %s)", (1, "ann", 2, "bob"))

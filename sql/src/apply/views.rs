@@ -63,9 +63,14 @@ impl Database {
     }
 
     /// Checks a drop that names an existing relation: the right kind, and (without CASCADE)
-    /// no view reading it that the command does not drop as well.
-    pub(super) fn validate_drop(&self, d: &DropRelation, cmd: &Command) -> Result<(), Error> {
-        let is_view = self.catalog.view(&d.name).is_some();
+    /// no view reading it that the command does not drop as well. `is_view`: as the
+    /// command's earlier ops left the name.
+    pub(super) fn validate_drop(
+        &self,
+        d: &DropRelation,
+        is_view: bool,
+        cmd: &Command,
+    ) -> Result<(), Error> {
         if d.view && !is_view {
             return Err(Error::new(
                 sqlstate::WRONG_OBJECT_TYPE,

@@ -7,8 +7,10 @@
 //! `Append` op: proposed at once, or buffered in the open block (bounded by
 //! `max_statement_bytes`). Offsets and timestamps are assigned at commit,
 //! so RETURNING is answered at once outside a block, after the commit in a
-//! pipeline's implicit block (see `pipeline`), and refused in an explicit
-//! one. A prefix DELETE cannot be undone and never runs inside a block.
+//! pipeline's implicit block (see `pipeline`), and in an explicit one at
+//! once with `offset` and `ts` NULL (`sluice_last_offsets()` has them after
+//! COMMIT: see `last_appends`). A prefix DELETE cannot be undone and never
+//! runs inside a block.
 
 use std::sync::Arc;
 
@@ -19,6 +21,7 @@ use sqlparser::ast::{BinaryOperator, Expr, SetExpr, Statement, TableObject, Valu
 
 use super::transaction::{Block, Txn};
 use super::{returning, Output, Session};
+use crate::block_catalog::{self, LOCAL_ID_BASE};
 use crate::catalog::Stream;
 use crate::command::{op, Append, Op, OpOutcome, Truncate};
 use crate::definition::{ColumnDef, OFFSET_COLUMN, TS_COLUMN};
@@ -39,10 +42,10 @@ pub(super) struct Appended {
 }
 
 impl Session {
+    /// The stream called `name`, as the open block sees it (see [`crate::block_catalog`]).
     pub(super) fn stream(&self, name: &str) -> Result<Arc<Stream>> {
-        self.engine
-            .catalog
-            .get(name)
+        self.block
+            .stream(name, &self.engine.catalog)
             .ok_or_else(|| Error::undefined_table(name))
     }
 
@@ -81,8 +84,11 @@ impl Session {
         };
         match outcome {
             Some(o) => Box::pin(returning_rows(&stream, &batch, items, Some(&o))).await,
-            // inside a block: answered when the block commits (see `pipeline`)
-            None => self.defer_returning(stream, batch, items),
+            // in a pipeline: answered when its block commits (see `pipeline`)
+            None if self.in_implicit() => self.defer_returning(stream, batch, items),
+            // in an explicit block: `offset` and `ts` NULL now, the offsets after COMMIT
+            // from sluice_last_offsets() (see `last_appends`)
+            None => Box::pin(returning_rows(&stream, &batch, items, None)).await,
         }
     }
 
@@ -188,6 +194,13 @@ impl Session {
         } else {
             crate::ipc::encode_ipc(batch)?
         };
+        if stream.def.id >= LOCAL_ID_BASE && stream.def.options.dedup_key.is_some() {
+            // its dedup index starts when the stream is committed
+            return Err(block_catalog::new_stream_error(
+                stream.name(),
+                "written (it has a dedup_key)",
+            ));
+        }
         let size = ipc.len();
         let op = Op {
             kind: Some(op::Kind::Append(Append {
@@ -232,6 +245,8 @@ impl Session {
 
     /// `DELETE FROM s WHERE offset < n` drops a prefix; any other DELETE is refused.
     pub(super) async fn truncate_prefix(&mut self, d: &sqlparser::ast::Delete) -> Result<Output> {
+        // a missing relation is 42P01 whatever the DELETE's shape
+        self.stream(&super::dml::delete_target(d)?.0)?;
         let (name, before) = truncation_target(d)?;
         let stream = self.stream(&name)?;
         self.outside_block("prefix truncation")?;

@@ -1,12 +1,11 @@
 //! DDL of a session: CREATE, DROP and ALTER of streams and tables, and
 //! ALTER CLUSTER.
 //!
-//! Each statement is one proposed command that runs at once, even inside a
-//! transaction block (it is not part of the block and ROLLBACK does not
-//! undo it; see docs/architecture.md). A definition travels as JSON; where
-//! the command applies, each node gives the relation the same id and OID
-//! and finds the same name clash (42P07). ALTER CLUSTER changes Raft
-//! membership and refuses to run inside a block.
+//! Outside a block each statement is one proposed command that runs at once; inside one
+//! its ops join the block's and commit with it (see `block_ddl`). A definition travels
+//! as JSON; where the command applies, each node gives the relation the same id and OID
+//! and finds the same name clash (42P07). ALTER CLUSTER changes Raft membership and
+//! refuses to run inside a block.
 
 use serde::Serialize;
 
@@ -117,8 +116,11 @@ impl Session {
         } else {
             "ALTER TABLE"
         };
-        let Some(stream) = self.engine.catalog.get(name) else {
-            if self.engine.catalog.view(name).is_some() {
+        if self.block.is_new_stream(name) {
+            return Err(crate::block_catalog::new_stream_error(name, "altered"));
+        }
+        let Some(stream) = self.block.stream(name, &self.engine.catalog) else {
+            if self.block.view(name, &self.engine.catalog).is_some() {
                 return Err(Error::new(
                     sqlstate::WRONG_OBJECT_TYPE,
                     format!("\"{name}\" is a view: views cannot be altered (CREATE OR REPLACE VIEW can change one)"),
@@ -182,10 +184,15 @@ impl Session {
         Ok(Output::Tag("ALTER CLUSTER".into()))
     }
 
-    /// Propose one command of `kinds` (outside any block) and answer `tag`.
+    /// Propose one command of `kinds` and answer `tag`; inside a block, add them to the
+    /// block's ops instead (they commit with it: see `block_ddl`).
     pub(super) async fn run_ddl(&mut self, kinds: Vec<op::Kind>, tag: &str) -> Result<Output> {
         let ops = kinds.into_iter().map(|k| Op { kind: Some(k) }).collect();
-        self.propose(ops, 0, vec![]).await?;
+        if matches!(self.txn, Txn::Block(_)) {
+            self.buffer_ddl(ops)?;
+        } else {
+            self.propose(ops, 0, vec![]).await?;
+        }
         Ok(Output::Tag(tag.into()))
     }
 }

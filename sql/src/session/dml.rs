@@ -49,7 +49,7 @@ fn column_ref(alias: &str, col: &str) -> String {
 impl Session {
     /// The table an INSERT/UPDATE/DELETE targets, if it is a table.
     pub(super) fn table(&self, name: &str) -> Option<Arc<Table>> {
-        self.engine.catalog.table(name)
+        self.block.table(name, &self.engine.catalog)
     }
 
     /// The table an UPDATE names; a stream is append-only.
@@ -60,8 +60,11 @@ impl Session {
         };
         match self.table(&name) {
             Some(table) => Ok(table),
-            None if self.engine.catalog.get(&name).is_some() => Err(statement::append_only(&name)),
-            None => Err(Error::undefined_table(&name)),
+            // a stream is append-only; otherwise the lookup's own error (42P01)
+            None => Err(self
+                .stream(&name)
+                .err()
+                .unwrap_or_else(|| statement::append_only(&name))),
         }
     }
 

@@ -56,14 +56,20 @@ enum Settled {
 impl Session {
     /// Whether `p`, run outside any block with more of the pipeline after
     /// it, opens an implicit block: a write that a block can hold (INSERT,
-    /// UPDATE, a table's DELETE; not a stream's prefix DELETE, which never
-    /// runs in a block).
+    /// UPDATE, a table's DELETE, DDL but ALTER CLUSTER and roles; not a
+    /// stream's prefix DELETE, which never runs in a block).
     pub fn opens_implicit(&self, p: &Parsed) -> bool {
         if !matches!(self.txn, Txn::Idle) {
             return false;
         }
         match p {
-            Parsed::Insert(_) | Parsed::Update(_) => true,
+            Parsed::Insert(_)
+            | Parsed::Update(_)
+            | Parsed::CreateTable { .. }
+            | Parsed::CreateStream { .. }
+            | Parsed::CreateView { .. }
+            | Parsed::DropRelation { .. }
+            | Parsed::AlterStream { .. } => true,
             Parsed::Delete(d) => {
                 dml::delete_target(d).is_ok_and(|(name, ..)| self.table(&name).is_some())
             }
@@ -139,8 +145,8 @@ impl Session {
         let op = match &self.txn {
             Txn::Block(b) if b.implicit => b.ops.len().saturating_sub(1),
             _ => {
-                return Err(Error::unsupported(
-                    "RETURNING on a stream inside a transaction block is not supported yet: offsets are assigned at COMMIT",
+                return Err(Error::internal(
+                    "RETURNING deferred outside a pipeline's implicit block",
                 ))
             }
         };

@@ -165,7 +165,14 @@ impl Session {
         let change_json =
             serde_json::to_string(&change).map_err(|e| Error::internal(e.to_string()))?;
         let kind = crate::command::op::Kind::RoleChange(crate::command::RoleChange { change_json });
-        self.run_ddl(vec![kind], tag).await
+        // a command of its own, even inside a block (it does not roll back with it); what a
+        // pipeline sent before it commits first, so it may name a relation created there
+        if self.in_implicit() {
+            self.end_implicit().await?;
+        }
+        let op = crate::command::Op { kind: Some(kind) };
+        self.propose(vec![op], 0, vec![]).await?;
+        Ok(Output::Tag(tag.into()))
     }
 }
 

@@ -55,7 +55,7 @@ impl Session {
             if let Statement::Insert(ins) = statement.as_mut() {
                 let stream = append::insert_target(ins)
                     .ok()
-                    .and_then(|t| self.engine.catalog.get(&t));
+                    .and_then(|t| self.stream(&t).ok());
                 if let (Some(stream), true) = (stream, ins.columns.is_empty()) {
                     ins.columns = append::user_column_names(&stream);
                 }

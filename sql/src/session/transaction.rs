@@ -12,6 +12,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{Output, Session};
+use crate::block_catalog::LOCAL_ID_BASE;
 use crate::command::Op;
 use crate::error::{sqlstate, Error, Result};
 use crate::notify::{self, Notification};
@@ -157,9 +158,15 @@ impl Session {
         Ok(Output::Tag("BEGIN".into()))
     }
 
+    /// A transaction starts or ends: its snapshot, reads, own writes and DDL are forgotten.
+    pub(super) fn reset_txn_views(&mut self) {
+        self.tables.reset();
+        self.block.reset();
+    }
+
     /// Open a block (explicit; `pipeline` marks the implicit ones).
     pub(super) fn start_block(&mut self, read_only: bool) {
-        self.tables.reset();
+        self.reset_txn_views();
         self.txn = Txn::Block(Block {
             read_only,
             ..Block::default()
@@ -170,24 +177,33 @@ impl Session {
     pub(super) async fn commit(&mut self) -> Result<Output> {
         match std::mem::replace(&mut self.txn, Txn::Idle) {
             Txn::Block(Block { ops, .. }) => {
+                let wrote = !ops.is_empty();
                 // a block that only read needs no validation: it saw
                 // one snapshot
                 let result = if ops.is_empty() {
                     Ok(vec![])
                 } else {
                     let snapshot = self.tables.snapshot_index();
-                    let reads = self.tables.reads();
+                    // a table the block created has nothing to conflict with yet
+                    let mut reads = self.tables.reads();
+                    reads.retain(|r| r.table_id < LOCAL_ID_BASE);
                     self.propose(ops, snapshot, reads).await
                 };
                 if let Ok(outcomes) = &result {
                     self.settle_returning(Some(outcomes));
                 }
-                self.tables.reset();
+                self.reset_txn_views();
                 self.end_block(result.is_ok());
+                if wrote {
+                    self.last_appends.set(result.as_deref().ok());
+                }
                 result.map(|_| Output::Tag("COMMIT".into()))
             }
-            Txn::Failed(_) => {
-                self.tables.reset();
+            Txn::Failed(b) => {
+                if !b.ops.is_empty() {
+                    self.last_appends.set(None);
+                }
+                self.reset_txn_views();
                 self.end_block(false);
                 Ok(Output::Tag("ROLLBACK".into()))
             }
@@ -196,8 +212,13 @@ impl Session {
     }
 
     pub(super) fn rollback(&mut self) -> Result<Output> {
+        if let Txn::Block(b) | Txn::Failed(b) = &self.txn {
+            if !b.ops.is_empty() {
+                self.last_appends.set(None);
+            }
+        }
         self.txn = Txn::Idle;
-        self.tables.reset();
+        self.reset_txn_views();
         self.end_block(false);
         Ok(Output::Tag("ROLLBACK".into()))
     }
@@ -245,7 +266,11 @@ impl Session {
         b.bytes = bytes;
         self.drop_returning_after(ops);
         b.savepoints.truncate(at + 1);
-        if let Err(e) = self.tables.rebuild_overlay(&b.ops) {
+        let rebuilt = self
+            .tables
+            .rebuild_overlay(&b.ops)
+            .and_then(|()| self.block.rebuild(&b.ops, &self.engine.catalog));
+        if let Err(e) = rebuilt {
             self.txn = Txn::Failed(b);
             return Err(e);
         }

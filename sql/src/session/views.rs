@@ -16,10 +16,10 @@ impl Session {
     /// Replaces the views `stmt` names with their queries.
     pub(super) fn expand_views(&self, stmt: &mut Statement) -> Result<()> {
         let catalog = &self.engine.catalog;
-        if !catalog.has_views() {
+        if !self.block.has_views(catalog) {
             return Ok(());
         }
-        crate::views::expand(stmt, &|n| catalog.view(n))
+        crate::views::expand(stmt, &|n| self.block.view(n, catalog))
     }
 
     /// `CREATE [OR REPLACE] VIEW`: the query is planned here (an error in it is the
@@ -72,7 +72,7 @@ impl Session {
             columns: defs,
             depends_on: crate::views::relations_read(query)
                 .into_iter()
-                .filter(|n| catalog.exists(n))
+                .filter(|n| self.block.exists(n, catalog))
                 .collect(),
         };
         let kind = op::Kind::CreateView(CreateView {
@@ -87,7 +87,7 @@ impl Session {
     /// A write whose target is a view is refused (views are read-only).
     pub(super) fn refuse_write_to_view(&self, p: &Parsed) -> Result<()> {
         let catalog = &self.engine.catalog;
-        if !catalog.has_views() {
+        if !self.block.has_views(catalog) {
             return Ok(());
         }
         let (verb, target) = match p {
@@ -101,7 +101,7 @@ impl Session {
             },
             _ => return Ok(()),
         };
-        if catalog.view(&target).is_none() {
+        if self.block.view(&target, catalog).is_none() {
             return Ok(());
         }
         Err(
