@@ -15,7 +15,8 @@
 //! - an altered stream shows its new definition over the same log.
 //!
 //! A stream created in the block cannot be altered in it, nor written when it has a
-//! `dedup_key` (0A000: both need the committed stream).
+//! `dedup_key` (0A000: both need the committed stream). A block creates at most
+//! [`MAX_NEW_STREAMS`] streams (54000), each holding an open log file until it ends.
 //!
 //! Invariant: the catalog is a function of the block's ops — recorded op by op as DDL
 //! runs, and rebuilt from the ops that remain after ROLLBACK TO — so it never disagrees
@@ -32,6 +33,9 @@ use crate::command::{op, Op};
 use crate::definition::{StreamDef, TableDef, View, ViewDef};
 use crate::error::{Error, Result};
 use crate::table::Table;
+
+/// Streams one block may create: each holds an open (empty) log file until the block ends.
+pub const MAX_NEW_STREAMS: usize = 32;
 
 /// Ids at and above this name tables created in the open block (op position added).
 /// Real ids (`index * 1024 + op + 1`) and dedup ids (high bit) never reach it.
@@ -165,6 +169,18 @@ impl BlockCatalog {
                 self.set(&c.name, Some(Local::Table(Arc::new(Table::new(def)))));
             }
             Some(op::Kind::CreateStream(c)) => {
+                let new_streams = self
+                    .names
+                    .lock()
+                    .values()
+                    .filter(|l| matches!(l, Some(Local::NewStream(_))))
+                    .count();
+                if new_streams >= MAX_NEW_STREAMS {
+                    return Err(Error::new(
+                        crate::error::sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                        format!("a transaction block may create at most {MAX_NEW_STREAMS} streams"),
+                    ));
+                }
                 let mut def: StreamDef = parse_json(&c.definition_json)?;
                 def.id = LOCAL_ID_BASE + i as u64;
                 def.name = c.name.clone();

@@ -28,6 +28,7 @@ use sqlparser::ast::{
     VisitMut, Visitor, VisitorMut,
 };
 
+use crate::command::AlterStream;
 use crate::definition::{View, ViewDef};
 use crate::error::{sqlstate, Error, Result};
 use crate::statement::{self, sqlparser, Parsed};
@@ -240,6 +241,49 @@ pub fn reaches(name: &str, deps: &[String], lookup: Lookup<'_>) -> bool {
         }
     }
     false
+}
+
+/// 42809: `DROP VIEW` of what is not a view (`view_wanted`), or `DROP STREAM/TABLE` of a view.
+pub fn wrong_drop_kind(name: &str, view_wanted: bool) -> Error {
+    let (msg, detail) = if view_wanted {
+        (
+            "is not a view",
+            "Use DROP STREAM or DROP TABLE to remove it.",
+        )
+    } else {
+        ("is a view", "Use DROP VIEW to remove a view.")
+    };
+    Error::new(sqlstate::WRONG_OBJECT_TYPE, format!("\"{name}\" {msg}")).with_detail(detail)
+}
+
+/// 2BP01: a drop without CASCADE of `what` (`stream s`, `view v`) that `view` reads.
+pub fn drop_blocked(what: &str, view: &str) -> Error {
+    Error::new(
+        sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+        format!("cannot drop {what} because other objects depend on it"),
+    )
+    .with_detail(format!(
+        "view {view} depends on {what}. Use DROP ... CASCADE to drop the dependent objects too."
+    ))
+}
+
+/// Whether an `ALTER STREAM` changes what a view's stored text names: the stream's name, or
+/// its columns (added or renamed).
+pub fn alter_renames(a: &AlterStream) -> bool {
+    (!a.new_name.is_empty() && a.new_name != a.name)
+        || !a.add_column_json.is_empty()
+        || !a.rename_column.is_empty()
+}
+
+/// 2BP01: such an `ALTER STREAM` of stream `name` while `view` reads it.
+pub fn alter_blocked(name: &str, view: &str) -> Error {
+    Error::new(
+        sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+        format!("cannot alter stream \"{name}\" because view \"{view}\" depends on it"),
+    )
+    .with_detail(
+        "Renaming a stream or adding or renaming its columns needs its views dropped first (create them again after).",
+    )
 }
 
 #[cfg(test)]

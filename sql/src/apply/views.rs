@@ -71,19 +71,8 @@ impl Database {
         is_view: bool,
         cmd: &Command,
     ) -> Result<(), Error> {
-        if d.view && !is_view {
-            return Err(Error::new(
-                sqlstate::WRONG_OBJECT_TYPE,
-                format!("\"{}\" is not a view", d.name),
-            )
-            .with_detail("Use DROP STREAM or DROP TABLE to remove it."));
-        }
-        if !d.view && is_view {
-            return Err(Error::new(
-                sqlstate::WRONG_OBJECT_TYPE,
-                format!("\"{}\" is a view", d.name),
-            )
-            .with_detail("Use DROP VIEW to remove a view."));
+        if d.view != is_view {
+            return Err(views::wrong_drop_kind(&d.name, d.view));
         }
         if d.cascade {
             return Ok(());
@@ -100,13 +89,7 @@ impl Database {
             .find(|v| !dropped_too(v))
         {
             let what = format!("{} {}", self.kind_of(&d.name), d.name);
-            return Err(Error::new(
-                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                format!("cannot drop {what} because other objects depend on it"),
-            )
-            .with_detail(format!(
-                "view {v} depends on {what}. Use DROP ... CASCADE to drop the dependent objects too."
-            )));
+            return Err(views::drop_blocked(&what, &v));
         }
         Ok(())
     }
@@ -114,22 +97,12 @@ impl Database {
     /// A rename, or a column added or renamed, is refused while views read the stream: their
     /// stored text names it and its columns as they were.
     pub(super) fn check_no_dependents(&self, a: &AlterStream) -> Result<(), Error> {
-        let renames = !a.new_name.is_empty() && a.new_name != a.name;
-        if !(renames || !a.add_column_json.is_empty() || !a.rename_column.is_empty()) {
+        if !views::alter_renames(a) {
             return Ok(());
         }
         match self.catalog.dependents(&a.name).first() {
             None => Ok(()),
-            Some(v) => Err(Error::new(
-                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                format!(
-                    "cannot alter stream \"{}\" because view \"{v}\" depends on it",
-                    a.name
-                ),
-            )
-            .with_detail(
-                "Renaming a stream or adding or renaming its columns needs its views dropped first (create them again after).",
-            )),
+            Some(v) => Err(views::alter_blocked(&a.name, v)),
         }
     }
 

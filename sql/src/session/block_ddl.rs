@@ -18,6 +18,7 @@ use crate::block_catalog::Local;
 use crate::command::{op, AlterStream, DropRelation, Op};
 use crate::definition::CONSUMER_OFFSETS;
 use crate::error::{sqlstate, Error, Result};
+use crate::views;
 
 impl Session {
     /// Add DDL ops to the open block (see the module comment).
@@ -108,57 +109,40 @@ impl Session {
                 format!("permission denied: \"{CONSUMER_OFFSETS}\" is a system table"),
             ));
         }
-        let is_view = self.block.view(&d.name, &self.engine.catalog).is_some();
+        let catalog = &self.engine.catalog;
+        let is_view = self.block.view(&d.name, catalog).is_some();
         if d.view != is_view {
-            let (msg, detail) = if d.view {
-                (
-                    "is not a view",
-                    "Use DROP STREAM or DROP TABLE to remove it.",
-                )
-            } else {
-                ("is a view", "Use DROP VIEW to remove a view.")
-            };
-            return Err(
-                Error::new(sqlstate::WRONG_OBJECT_TYPE, format!("\"{}\" {msg}", d.name))
-                    .with_detail(detail),
-            );
+            return Err(views::wrong_drop_kind(&d.name, d.view));
         }
         if d.cascade {
             return Ok(());
         }
         let blocking = self
             .block
-            .dependents(&d.name, &self.engine.catalog)
+            .dependents(&d.name, catalog)
             .into_iter()
             .find(|v| !dropped_together.contains(v));
-        match blocking {
-            None => Ok(()),
-            Some(v) => Err(Error::new(
-                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                format!("cannot drop {} because other objects depend on it", d.name),
-            )
-            .with_detail(format!(
-                "view {v} depends on {}. Use DROP ... CASCADE to drop the dependent objects too.",
-                d.name
-            ))),
-        }
+        let Some(v) = blocking else {
+            return Ok(());
+        };
+        let kind = if is_view {
+            "view"
+        } else if self.block.stream(&d.name, catalog).is_some() {
+            "stream"
+        } else {
+            "table"
+        };
+        Err(views::drop_blocked(&format!("{kind} {}", d.name), &v))
     }
 
     /// A rename, or a column added or renamed, while views read the stream (2BP01).
     fn check_alter(&self, a: &AlterStream) -> Result<()> {
-        let renames = !a.new_name.is_empty() && a.new_name != a.name;
-        if !(renames || !a.add_column_json.is_empty() || !a.rename_column.is_empty()) {
+        if !views::alter_renames(a) {
             return Ok(());
         }
         match self.block.dependents(&a.name, &self.engine.catalog).first() {
             None => Ok(()),
-            Some(v) => Err(Error::new(
-                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                format!(
-                    "cannot alter stream \"{}\" because view \"{v}\" depends on it",
-                    a.name
-                ),
-            )),
+            Some(v) => Err(views::alter_blocked(&a.name, v)),
         }
     }
 }
