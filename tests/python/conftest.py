@@ -110,6 +110,21 @@ def sluice(tmp_path):
         server.stop()
 
 
+@pytest.fixture(params=["psycopg", "psycopg2"])
+def engine(request, sluice):
+    """A SQLAlchemy engine on the server, once per PostgreSQL driver."""
+    import sqlalchemy as sa
+    from sqlalchemy.pool import NullPool
+
+    engine = sa.create_engine(
+        f"postgresql+{request.param}://sluice@127.0.0.1:{sluice.port}/sluice",
+        connect_args={"connect_timeout": 10}, poolclass=NullPool)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
 @pytest.fixture
 def conn(sluice):
     """An autocommit connection: each statement commits on its own."""

@@ -26,7 +26,6 @@ import pytest
 import sqlalchemy as sa
 from psycopg import errors
 from psycopg.pq import TransactionStatus
-from sqlalchemy.pool import NullPool
 
 TIMEOUT = 30  # seconds, for every asyncpg connect and whole asyncpg test body
 USER = "sluice"
@@ -126,17 +125,6 @@ def test_psycopg_error_in_block_undoes_its_ddl(conn):
 # ---------------------------------------------------------------- SQLAlchemy
 
 ITEMS = [{"id": 1, "name": "ann"}, {"id": 2, "name": "bob"}, {"id": 3, "name": "cid"}]
-
-
-@pytest.fixture(params=["psycopg", "psycopg2"])
-def engine(request, sluice):
-    engine = sa.create_engine(
-        f"postgresql+{request.param}://{USER}@127.0.0.1:{sluice.port}/{DATABASE}",
-        connect_args={"connect_timeout": 10}, poolclass=NullPool)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def items_table(name):

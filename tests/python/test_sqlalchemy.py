@@ -8,22 +8,10 @@ from decimal import Decimal
 import pandas as pd
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.pool import NullPool
 
 ORDERS_DDL = "CREATE STREAM orders (customer text NOT NULL, amount numeric(12,2), note text)"
 ORDERS = [("ann", Decimal("1.50"), None), ("bob", Decimal("2.00"), "gift"),
           ("cid", None, "no amount")]
-
-
-@pytest.fixture(params=["psycopg", "psycopg2"])
-def engine(request, sluice):
-    engine = sa.create_engine(
-        f"postgresql+{request.param}://sluice@127.0.0.1:{sluice.port}/sluice",
-        connect_args={"connect_timeout": 10}, poolclass=NullPool)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture
