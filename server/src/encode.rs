@@ -33,6 +33,8 @@ pub struct ColumnEncoding {
     pub typmod: i32,
     /// `numeric` without a type modifier: trailing zeros are trimmed.
     pub trim_numeric: bool,
+    /// `int2vector` / `oidvector` (catalog columns): text is the items joined by spaces.
+    pub vector: bool,
 }
 
 pub fn column_encoding(field: &Field) -> ColumnEncoding {
@@ -55,18 +57,29 @@ pub fn column_encoding(field: &Field) -> ColumnEncoding {
                     .get(sluice_sql::types::PG_TYPE_KEY)
                     .map(|t| t == "numeric")
                     .unwrap_or(false),
+            vector: false,
         },
         None => {
             let array_of = match field.data_type() {
                 arrow::datatypes::DataType::List(item) => ColumnType::of_field(item),
                 _ => None,
             };
+            let vector = match field
+                .metadata()
+                .get(sluice_sql::types::PG_TYPE_KEY)
+                .map(String::as_str)
+            {
+                Some("int2vector") => Some(oid::INT2VECTOR),
+                Some("oidvector") => Some(oid::OIDVECTOR),
+                _ => None,
+            };
             ColumnEncoding {
                 ty: None,
-                oid: array_of.map(|t| t.array_oid()).unwrap_or(oid::TEXT),
+                oid: vector.unwrap_or(array_of.map(|t| t.array_oid()).unwrap_or(oid::TEXT)),
                 array_of,
                 typmod: -1,
                 trim_numeric: false,
+                vector: vector.is_some(),
             }
         }
     }
@@ -211,6 +224,11 @@ impl RowEncoder {
                     (None, _) if binary && self.encodings[c].array_of.is_some() => {
                         let elem = self.encodings[c].array_of.unwrap_or(ColumnType::Text);
                         encode_array_binary(col.as_ref(), r, &elem, &mut buf)?
+                    }
+                    (None, _) if self.encodings[c].vector => {
+                        let text = pg_array_text(col.as_ref(), r).unwrap_or_default();
+                        let items = text.trim_start_matches('{').trim_end_matches('}');
+                        buf.put_slice(items.replace(',', " ").as_bytes())
                     }
                     (None, Some(f)) => match pg_array_text(col.as_ref(), r) {
                         Some(text) => buf.put_slice(text.as_bytes()),

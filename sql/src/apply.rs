@@ -47,7 +47,10 @@ use crate::roles::{CatalogView, RoleChange, Roles};
 use crate::table::store::{TableStore, TableVersions, Write};
 use crate::table::{write_kind, Table};
 
+mod indexes;
 mod views;
+
+pub(crate) use indexes::{missing_index, on_stream, relation_exists};
 
 /// Where checkpoints were kept before tables (read once, then removed).
 const LEGACY_CHECKPOINT_FILE: &str = "checkpoint.json";
@@ -642,7 +645,7 @@ impl Database {
                     if_not_exists,
                     ..
                 })) => {
-                    if exists(&overlay, name).is_some() {
+                    if exists(&overlay, name).is_some() || self.catalog.index(name).is_some() {
                         if !if_not_exists {
                             return Err(Error::new(
                                 sqlstate::DUPLICATE_TABLE,
@@ -657,7 +660,15 @@ impl Database {
                         }
                     }
                 }
-                Some(op::Kind::TableWrite(_)) | Some(op::Kind::RoleChange(_)) => {}
+                Some(op::Kind::TableWrite(_))
+                | Some(op::Kind::RoleChange(_))
+                | Some(op::Kind::DropIndex(_)) => {}
+                // the rest is checked with the entries (`plan_indexes`)
+                Some(op::Kind::CreateIndex(c)) => {
+                    if exists(&overlay, &c.name).is_some() && !c.if_not_exists {
+                        return Err(indexes::relation_exists(&c.name));
+                    }
+                }
                 Some(op::Kind::CreateView(c)) => {
                     let replaces = self.validate_create_view(c, &|n| exists(&overlay, n))?;
                     if !replaces {
@@ -747,6 +758,10 @@ impl Database {
             Ok(w) => w,
             Err(e) => return Ok(Err(e)),
         };
+        match self.plan_indexes(index, &cmd, &creates_table, &table_writes) {
+            Ok(entries) => table_writes.extend(entries),
+            Err(e) => return Ok(Err(e)),
+        }
         let mut dedup = match self.plan_dedup(&cmd) {
             Ok(d) => d,
             Err(e) => return Ok(Err(e)),
@@ -766,6 +781,8 @@ impl Database {
                 Some(op::Kind::RoleChange(r)) => self.change_roles(r),
                 Some(op::Kind::AlterStream(a)) => self.alter_stream(a),
                 Some(op::Kind::CreateView(c)) => self.create_view(index, i, c)?,
+                Some(op::Kind::CreateIndex(c)) => self.create_index(index, i, c)?,
+                Some(op::Kind::DropIndex(d)) => self.drop_index(index, d)?,
                 None => Err(Error::internal("empty op in command")),
             };
             match outcome {
@@ -913,6 +930,7 @@ impl Database {
                 Some(t) => {
                     self.tables.reset_table(index, t.def.id);
                     self.dropped_tables.push(t.def.id);
+                    self.drop_table_indexes(index, &t);
                     OpOutcome::Dropped { existed: true }
                 }
                 None => OpOutcome::Dropped { existed: false },
@@ -1255,6 +1273,7 @@ mod tests {
             ],
             primary_key: vec![0],
             index_oid: 0,
+            indexes: Vec::new(),
         };
         Op {
             kind: Some(op::Kind::CreateTable(CreateTable {

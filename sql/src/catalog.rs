@@ -323,6 +323,17 @@ impl Catalog {
             .cloned()
     }
 
+    /// The table whose secondary index has this name, and the index.
+    pub fn index(&self, name: &str) -> Option<(Arc<Table>, crate::definition::IndexDef)> {
+        self.tables.read().values().find_map(|t| {
+            t.def
+                .indexes
+                .iter()
+                .find(|i| i.name == name)
+                .map(|i| (t.clone(), i.clone()))
+        })
+    }
+
     /// Whether a stream, table or view has this name.
     pub fn exists(&self, name: &str) -> bool {
         self.get(name).is_some() || self.table(name).is_some() || self.view(name).is_some()

@@ -39,7 +39,7 @@ pub struct TableRead {
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Op {
-    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9")]
+    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11")]
     pub kind: Option<op::Kind>,
 }
 
@@ -64,6 +64,10 @@ pub mod op {
         AlterStream(super::AlterStream),
         #[prost(message, tag = "9")]
         CreateView(super::CreateView),
+        #[prost(message, tag = "10")]
+        CreateIndex(super::CreateIndex),
+        #[prost(message, tag = "11")]
+        DropIndex(super::DropIndex),
     }
 }
 
@@ -178,6 +182,36 @@ pub struct CreateView {
     /// The creating role, which will own it; empty: a superuser outside the roles.
     #[prost(string, tag = "4")]
     pub owner: String,
+}
+
+/// `CREATE [UNIQUE] INDEX name ON table (columns)`: the state machine builds the index from
+/// the table's rows as the command leaves them (a duplicate fails a UNIQUE one, 23505) and
+/// keeps it with every later write.
+#[derive(Clone, PartialEq, Message)]
+pub struct CreateIndex {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, tag = "2")]
+    pub table: String,
+    /// Id of the table the session planned against (a local id: created earlier in the
+    /// command; see `Append::stream_id`).
+    #[prost(uint64, tag = "3")]
+    pub table_id: u64,
+    #[prost(string, repeated, tag = "4")]
+    pub columns: Vec<String>,
+    #[prost(bool, tag = "5")]
+    pub unique: bool,
+    #[prost(bool, tag = "6")]
+    pub if_not_exists: bool,
+}
+
+/// `DROP INDEX name`: its entries go with the table's next checkpoint.
+#[derive(Clone, PartialEq, Message)]
+pub struct DropIndex {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(bool, tag = "2")]
+    pub if_exists: bool,
 }
 
 #[derive(Clone, PartialEq, Message)]

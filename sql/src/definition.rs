@@ -117,6 +117,23 @@ pub struct TableDef {
     /// OID of the primary key's index (`<name>_pkey`), 0 without a key.
     #[serde(default)]
     pub index_oid: u32,
+    /// Secondary indexes (`CREATE INDEX`), in creation order.
+    #[serde(default)]
+    pub indexes: Vec<IndexDef>,
+}
+
+/// A secondary index of a table: its entries live in the table store under `id`, one per
+/// row, keyed by the indexed values then the row's key (see `table::index`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexDef {
+    /// From the creating op, like table ids: never another table's or index's.
+    pub id: u64,
+    pub oid: u32,
+    pub name: String,
+    /// Positions of the indexed columns in the table.
+    pub columns: Vec<usize>,
+    /// No two rows with the same non-NULL values (23505).
+    pub unique: bool,
 }
 
 impl TableDef {
@@ -138,6 +155,7 @@ impl TableDef {
             ],
             primary_key: vec![0, 1],
             index_oid: 16382,
+            indexes: Vec::new(),
         }
     }
 }

@@ -57,6 +57,7 @@ mod cursor;
 mod ddl;
 mod describe;
 mod dml;
+mod indexes;
 mod last_appends;
 mod listen;
 mod naming;
@@ -484,6 +485,8 @@ impl Session {
             | Parsed::CreateStream { .. }
             | Parsed::DropRelation { .. }
             | Parsed::CreateView { .. }
+            | Parsed::CreateIndex { .. }
+            | Parsed::DropIndex { .. }
             | Parsed::AlterCluster(_)
             | Parsed::AlterStream { .. } => self.ddl(p).await,
             Parsed::Roles(change) => self.change_roles(change).await,

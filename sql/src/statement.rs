@@ -25,6 +25,7 @@ use crate::units;
 
 pub use datafusion::sql::sqlparser;
 
+mod indexes;
 mod roles;
 
 /// A statement, classified by what executes it.
@@ -61,6 +62,21 @@ pub enum Parsed {
         columns: Vec<String>,
         query: Box<sqlparser::ast::Query>,
         or_replace: bool,
+    },
+    /// `CREATE [UNIQUE] INDEX [IF NOT EXISTS] [name] ON table (columns)`; without a name,
+    /// the session picks one as PostgreSQL does.
+    CreateIndex {
+        name: Option<String>,
+        table: String,
+        columns: Vec<String>,
+        unique: bool,
+        if_not_exists: bool,
+    },
+    /// `DROP INDEX [IF EXISTS] name [, ...] [CASCADE | RESTRICT]` (nothing depends on an
+    /// index, so both drop the same).
+    DropIndex {
+        names: Vec<String>,
+        if_exists: bool,
     },
     Delete(Box<sqlparser::ast::Delete>),
     Update(Box<sqlparser::ast::Update>),
@@ -559,19 +575,15 @@ pub(crate) fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         Statement::CreateTable(ct) if !is_stream => classify_create_table(&ct)?,
         Statement::CreateTable(ct) => classify_create_stream(&ct)?,
         Statement::Drop {
-            object_type: object_type @ (ObjectType::Table | ObjectType::View),
+            object_type: object_type @ (ObjectType::Table | ObjectType::View | ObjectType::Index),
             if_exists,
             names,
             cascade,
+            table: None,
             ..
-        } => Parsed::DropRelation {
-            names: names.iter().map(object_name).collect(),
-            if_exists,
-            stream: is_stream,
-            view: object_type == ObjectType::View,
-            cascade,
-        },
+        } => classify_drop(object_type, &names, if_exists, cascade, is_stream),
         Statement::CreateView(cv) => classify_create_view(cv)?,
+        Statement::CreateIndex(ci) => indexes::classify_create(ci)?,
         Statement::Delete(d) => Parsed::Delete(Box::new(d)),
         Statement::Update(u) => Parsed::Update(Box::new(u)),
         Statement::StartTransaction { modes, .. } => Parsed::Begin {
@@ -661,6 +673,26 @@ pub(crate) fn classify(stmt: Statement, is_stream: bool) -> Result<Parsed> {
         Statement::Revoke(r) => roles::classify_revoke(&r)?,
         other => refuse(&other),
     })
+}
+
+/// `DROP TABLE|STREAM|VIEW|INDEX name, ...`.
+fn classify_drop(
+    object_type: ObjectType,
+    names: &[ObjectName],
+    if_exists: bool,
+    cascade: bool,
+    is_stream: bool,
+) -> Parsed {
+    if object_type == ObjectType::Index {
+        return indexes::classify_drop(names, if_exists);
+    }
+    Parsed::DropRelation {
+        names: names.iter().map(object_name).collect(),
+        if_exists,
+        stream: is_stream,
+        view: object_type == ObjectType::View,
+        cascade,
+    }
 }
 
 /// `CREATE [OR REPLACE] VIEW name [(a, b)] AS query`; what only other databases' views have
@@ -1147,6 +1179,7 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
             columns,
             primary_key: key,
             index_oid: 0,
+            indexes: Vec::new(),
         },
         if_not_exists: ct.if_not_exists,
     })

@@ -30,9 +30,11 @@ pub mod oid {
     pub const BYTEA: u32 = 17;
     pub const INT8: u32 = 20;
     pub const INT2: u32 = 21;
+    pub const INT2VECTOR: u32 = 22;
     pub const INT4: u32 = 23;
     pub const TEXT: u32 = 25;
     pub const OID: u32 = 26;
+    pub const OIDVECTOR: u32 = 30;
     pub const JSON: u32 = 114;
     pub const FLOAT4: u32 = 700;
     pub const FLOAT8: u32 = 701;

@@ -201,6 +201,12 @@ async fn a_role_needs_privileges_for_what_it_does() {
     fails(&mut r, "DROP STREAM s", "42501").await;
     fails(&mut r, "CREATE ROLE x", "42501").await;
     fails(&mut r, "GRANT SELECT ON t TO reader", "42501").await;
+    // an index is the table owner's to make and drop
+    let m = fails(&mut r, "CREATE INDEX k_v ON k (v)", "42501").await;
+    assert_eq!(m, "must be owner of table k");
+    ok(&mut su, "CREATE INDEX k_v ON k (v)").await;
+    let m = fails(&mut r, "DROP INDEX k_v", "42501").await;
+    assert_eq!(m, "must be owner of index k_v");
     // a statement prepared while allowed is checked again when it runs
     let prepared = r.parse_query("SELECT * FROM s").await.unwrap();
     ok(&mut su, "REVOKE ALL ON s FROM reader").await;

@@ -410,3 +410,95 @@ async fn a_block_of_ddl_survives_restarts_from_log_and_checkpoint() {
         }
     }
 }
+
+/// Secondary indexes — their definitions and their entries — survive restarts from the Raft
+/// log and from a checkpoint: lookups through them find the rows written before and after
+/// the index was made, a dropped index stays dropped, and UNIQUE is still enforced.
+async fn indexes_survive(how: Stop, checkpoint_entries: &str) {
+    let mut server = Server::start_with(&["--checkpoint-entries", checkpoint_entries]).await;
+    let client = server.client().await;
+    exec(
+        &client,
+        "CREATE TABLE accounts (id int PRIMARY KEY, email text, region text)",
+    )
+    .await;
+    exec(
+        &client,
+        "INSERT INTO accounts VALUES (1, 'a@x', 'eu'), (2, 'b@x', 'us')",
+    )
+    .await;
+    exec(
+        &client,
+        "CREATE UNIQUE INDEX accounts_email ON accounts (email)",
+    )
+    .await;
+    exec(&client, "CREATE INDEX accounts_region ON accounts (region)").await;
+    exec(
+        &client,
+        "CREATE INDEX accounts_gone ON accounts (region, email)",
+    )
+    .await;
+    exec(&client, "INSERT INTO accounts VALUES (3, 'c@x', 'eu')").await;
+    exec(&client, "UPDATE accounts SET region = 'us' WHERE id = 1").await;
+    exec(&client, "DROP INDEX accounts_gone").await;
+    drop(client);
+    stop(&mut server, how).await;
+    server.restart().await;
+    let client = server.client().await;
+    let ctx = format!("{how:?} {checkpoint_entries}");
+    assert_eq!(
+        text_rows(
+            &client,
+            "SELECT id FROM accounts WHERE region = 'us' ORDER BY id"
+        )
+        .await,
+        vec![vec!["1".to_string()], vec!["2".into()]],
+        "{ctx}"
+    );
+    assert_eq!(
+        text_rows(&client, "SELECT id FROM accounts WHERE email = 'c@x'").await,
+        vec![vec!["3".to_string()]],
+        "{ctx}"
+    );
+    let plan = text_rows(
+        &client,
+        "EXPLAIN SELECT id FROM accounts WHERE email = 'c@x'",
+    )
+    .await;
+    assert!(
+        plan.concat()
+            .concat()
+            .contains("IndexScan: index=accounts_email"),
+        "{ctx}: {plan:?}"
+    );
+    assert_eq!(
+        text_rows(
+            &client,
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'accounts' ORDER BY 1"
+        )
+        .await,
+        vec![
+            vec!["accounts_email".to_string()],
+            vec!["accounts_pkey".into()],
+            vec!["accounts_region".into()]
+        ],
+        "{ctx}"
+    );
+    let err = client
+        .simple_query("INSERT INTO accounts VALUES (4, 'a@x', 'eu')")
+        .await
+        .err()
+        .and_then(|e| e.code().map(|c| c.code().to_string()));
+    assert_eq!(err.as_deref(), Some("23505"), "{ctx}");
+    drop(client);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn indexes_survive_restarts_from_log_and_checkpoint() {
+    for how in [Stop::Graceful, Stop::Crash] {
+        for checkpoint_entries in ["100000", "1"] {
+            indexes_survive(how, checkpoint_entries).await;
+        }
+    }
+}

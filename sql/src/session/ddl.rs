@@ -1,5 +1,5 @@
-//! DDL of a session: CREATE, DROP and ALTER of streams and tables, and
-//! ALTER CLUSTER.
+//! DDL of a session: CREATE, DROP and ALTER of streams and tables, CREATE and DROP of
+//! views and indexes (`views`, `indexes`), and ALTER CLUSTER.
 //!
 //! Outside a block each statement is one proposed command that runs at once; inside one
 //! its ops join the block's and commit with it (see `block_ddl`). A definition travels
@@ -48,6 +48,17 @@ impl Session {
                 query,
                 or_replace,
             } => self.create_view(name, columns, query, *or_replace).await,
+            Parsed::CreateIndex {
+                name,
+                table,
+                columns,
+                unique,
+                if_not_exists,
+            } => {
+                self.create_index(name.as_deref(), table, columns, *unique, *if_not_exists)
+                    .await
+            }
+            Parsed::DropIndex { names, if_exists } => self.drop_indexes(names, *if_exists).await,
             Parsed::AlterCluster(change) => self.alter_cluster(change).await,
             Parsed::AlterStream {
                 name,

@@ -68,6 +68,8 @@ impl Session {
             | Parsed::CreateTable { .. }
             | Parsed::CreateStream { .. }
             | Parsed::CreateView { .. }
+            | Parsed::CreateIndex { .. }
+            | Parsed::DropIndex { .. }
             | Parsed::DropRelation { .. }
             | Parsed::AlterStream { .. } => true,
             Parsed::Delete(d) => {

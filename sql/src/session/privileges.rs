@@ -33,6 +33,28 @@ impl Session {
         }
     }
 
+    /// CREATE INDEX and DROP INDEX: by the owner of the table, as in PostgreSQL.
+    fn may_index(&self, p: &Parsed, roles: &crate::roles::Roles, role: &str) -> Result<()> {
+        match p {
+            Parsed::CreateIndex { table, .. }
+                if self.engine.catalog.exists(table) && !roles.owns(role, table) =>
+            {
+                return Err(denied(format!("must be owner of table {table}")));
+            }
+            Parsed::DropIndex { names, .. } => {
+                for n in names {
+                    if let Some((t, _)) = self.engine.catalog.index(n) {
+                        if !roles.owns(role, &t.def.name) {
+                            return Err(denied(format!("must be owner of index {n}")));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// Refuses `p` unless the session may run it.
     pub(super) fn check_privileges(&self, p: &Parsed) -> Result<()> {
         let Some(role) = self.role.clone() else {
@@ -98,6 +120,9 @@ impl Session {
                     return Err(denied(format!("must be owner of view {name}")));
                 }
                 check.reads(&Statement::Query(query.clone()), None)
+            }
+            Parsed::CreateIndex { .. } | Parsed::DropIndex { .. } => {
+                self.may_index(p, &roles, &role)
             }
             Parsed::AlterStream { name, .. } => {
                 if self.engine.catalog.exists(name) && !roles.owns(&role, name) {

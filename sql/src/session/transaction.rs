@@ -85,6 +85,8 @@ fn write_verb(p: &Parsed) -> Option<&'static str> {
         Parsed::DropRelation { view: true, .. } => "DROP VIEW",
         Parsed::DropRelation { stream: true, .. } => "DROP STREAM",
         Parsed::CreateView { .. } => "CREATE VIEW",
+        Parsed::CreateIndex { .. } => "CREATE INDEX",
+        Parsed::DropIndex { .. } => "DROP INDEX",
         Parsed::DropRelation { .. } => "DROP TABLE",
         Parsed::AlterCluster(_) => "ALTER CLUSTER",
         Parsed::AlterStream { stream: true, .. } => "ALTER STREAM",

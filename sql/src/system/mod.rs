@@ -37,6 +37,7 @@ use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
 use crate::catalog::Catalog;
 use crate::settings::SharedVars;
 use crate::types::ColumnType;
+use pg_functions::quote_ident;
 
 /// Fixed namespace OIDs (PostgreSQL's own, so static rows join back).
 pub const NAMESPACE_PUBLIC: i32 = 2200;
@@ -123,8 +124,21 @@ pub(crate) struct Relation {
     /// Primary key: attribute numbers (1-based) and the index's OID.
     pub key: Vec<i16>,
     pub index_oid: i32,
+    /// Secondary indexes (`CREATE INDEX`) of a table.
+    pub secondary: Vec<RelIndex>,
     /// A user view's query (`pg_get_viewdef`); `None` for everything else.
     pub definition: Option<String>,
+}
+
+/// An index as the catalogs describe it: a primary key's or a secondary one.
+#[derive(Debug, Clone)]
+pub(crate) struct RelIndex {
+    pub oid: i32,
+    pub name: String,
+    /// Attribute numbers (1-based) of the indexed columns.
+    pub columns: Vec<i16>,
+    pub unique: bool,
+    pub primary: bool,
 }
 
 impl Relation {
@@ -136,6 +150,39 @@ impl Relation {
     /// OID of the primary-key constraint (derived: it is not stored).
     pub fn constraint_oid(&self) -> i32 {
         self.index_oid | 1 << 30
+    }
+
+    /// Every index: the primary key's first, then the secondary ones.
+    pub fn indexes(&self) -> Vec<RelIndex> {
+        let mut out = Vec::with_capacity(1 + self.secondary.len());
+        if !self.key.is_empty() {
+            out.push(RelIndex {
+                oid: self.index_oid,
+                name: self.pkey_name(),
+                columns: self.key.clone(),
+                unique: true,
+                primary: true,
+            });
+        }
+        out.extend(self.secondary.iter().cloned());
+        out
+    }
+
+    /// `CREATE [UNIQUE] INDEX ...` as `pg_get_indexdef` and `pg_indexes` show it.
+    pub fn index_definition(&self, x: &RelIndex) -> String {
+        let cols = x
+            .columns
+            .iter()
+            .map(|&k| quote_ident(&self.columns[k as usize - 1].name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "CREATE {}INDEX {} ON {}.{} USING btree ({cols})",
+            if x.unique { "UNIQUE " } else { "" },
+            quote_ident(&x.name),
+            self.schema,
+            quote_ident(&self.name)
+        )
     }
 }
 
@@ -200,21 +247,36 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
                 rows: (s.log.next_offset() - s.log.first_offset()) as i64,
                 key: vec![],
                 index_oid: 0,
+                secondary: vec![],
                 definition: None,
             }
         })
         .collect();
-    out.extend(engine.catalog().tables().iter().map(|t| Relation {
-        oid: t.def.oid as i32,
-        schema: "public",
-        namespace: NAMESPACE_PUBLIC,
-        name: t.def.name.clone(),
-        kind: "r",
-        columns: t.def.columns.iter().map(rel_column).collect(),
-        rows: -1,
-        key: t.def.primary_key.iter().map(|&i| i as i16 + 1).collect(),
-        index_oid: t.def.index_oid as i32,
-        definition: None,
+    out.extend(engine.catalog().tables().iter().map(|t| {
+        Relation {
+            oid: t.def.oid as i32,
+            schema: "public",
+            namespace: NAMESPACE_PUBLIC,
+            name: t.def.name.clone(),
+            kind: "r",
+            columns: t.def.columns.iter().map(rel_column).collect(),
+            rows: -1,
+            key: t.def.primary_key.iter().map(|&i| i as i16 + 1).collect(),
+            index_oid: t.def.index_oid as i32,
+            secondary: t
+                .def
+                .indexes
+                .iter()
+                .map(|x| RelIndex {
+                    oid: x.oid as i32,
+                    name: x.name.clone(),
+                    columns: x.columns.iter().map(|&c| c as i16 + 1).collect(),
+                    unique: x.unique,
+                    primary: false,
+                })
+                .collect(),
+            definition: None,
+        }
     }));
     out.extend(engine.catalog().views().iter().map(|v| Relation {
         oid: v.def.oid as i32,
@@ -226,6 +288,7 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
         rows: 0,
         key: vec![],
         index_oid: 0,
+        secondary: vec![],
         definition: Some(format!("{};", v.def.query)),
     }));
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -249,6 +312,7 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
             rows: 0,
             key: vec![],
             index_oid: 0,
+            secondary: vec![],
             definition: None,
         });
     }
@@ -369,6 +433,21 @@ pub(crate) fn oid_array(name: &str) -> Field {
         name,
         DataType::List(Arc::new(Field::new("item", DataType::Int32, true))),
         true,
+    )
+}
+/// PostgreSQL's `int2vector` (pg_index.indkey): an int2 list a client reads as `1 2`.
+pub(crate) fn int2_vector(name: &str) -> Field {
+    vector_field(int2_array(name), "int2vector")
+}
+/// PostgreSQL's `oidvector` (pg_index.indclass): an oid list a client reads as `0 0`.
+pub(crate) fn oid_vector(name: &str) -> Field {
+    vector_field(oid_array(name), "oidvector")
+}
+fn vector_field(f: Field, pg_type: &str) -> Field {
+    f.with_metadata(
+        [(crate::types::PG_TYPE_KEY.to_string(), pg_type.to_string())]
+            .into_iter()
+            .collect(),
     )
 }
 /// An oid-typed column (int4 carrying the alias kind the crate's rules read).

@@ -33,6 +33,7 @@ const OWN: &[&str] = &[
     "pg_authid",
     "pg_auth_members",
     "pg_index",
+    "pg_indexes",
     "pg_constraint",
     "pg_stat_ssl",
 ];
@@ -82,6 +83,7 @@ impl PgCatalog {
             "pg_authid" => super::roles::pg_authid(&who),
             "pg_auth_members" => super::roles::pg_auth_members(&who),
             "pg_index" => pg_index(&rels),
+            "pg_indexes" => pg_indexes(&rels),
             "pg_constraint" => pg_constraint(&rels),
             "pg_stat_ssl" => pg_stat_ssl(vars.pid, vars.ssl.as_ref()),
             _ => return Ok(None),
@@ -185,7 +187,7 @@ fn pg_class(rels: &[Relation], who: &super::roles::Who) -> DFResult<Arc<dyn Tabl
             ScalarValue::Float32(Some(if table { r.rows as f32 } else { -1.0 })),
             i4(0),
             i4(0),
-            b(!r.key.is_empty()),
+            b(!r.indexes().is_empty()),
             b(false),
             s("p"),
             s(r.kind),
@@ -210,26 +212,25 @@ fn pg_class(rels: &[Relation], who: &super::roles::Who) -> DFResult<Arc<dyn Tabl
             null_array(),
             null_s(),
         ]);
-        if !r.key.is_empty() {
-            // the primary key's index (a btree, as PostgreSQL's would be)
-            t.row(key_index_row(r, who.owner_oid(&r.name)));
+        for x in r.indexes() {
+            t.row(index_row(r, &x, who.owner_oid(&r.name)));
         }
     }
     t.build()
 }
 
-/// The pg_class row of a relation's primary key index (a btree, as PostgreSQL's would be),
-/// owned by the relation's owner.
-fn key_index_row(r: &Relation, owner: i32) -> Vec<ScalarValue> {
+/// The pg_class row of a relation's index (a btree, as PostgreSQL's would be), owned by the
+/// relation's owner.
+fn index_row(r: &Relation, x: &RelIndex, owner: i32) -> Vec<ScalarValue> {
     vec![
-        i4(r.index_oid),
-        s(r.pkey_name()),
+        i4(x.oid),
+        s(&x.name),
         i4(r.namespace),
         i4(0),
         i4(0),
         i4(owner),
         i4(BTREE_AM_OID),
-        i4(r.index_oid),
+        i4(x.oid),
         i4(0),
         i4(0),
         ScalarValue::Float32(Some(0.0)),
@@ -239,7 +240,7 @@ fn key_index_row(r: &Relation, owner: i32) -> Vec<ScalarValue> {
         b(false),
         s("p"),
         s("i"),
-        i2(r.key.len() as i16),
+        i2(x.columns.len() as i16),
         i2(0),
         b(false),
         b(false),
@@ -407,7 +408,7 @@ fn pg_tables(rels: &[Relation], who: &super::roles::Who) -> DFResult<Arc<dyn Tab
             s(&r.name),
             s(who.owner_name(&r.name)),
             null_s(),
-            b(false),
+            b(!r.indexes().is_empty()),
             b(false),
             b(false),
             b(false),
@@ -575,7 +576,7 @@ fn pg_stat_ssl(pid: i32, ssl: Option<&SslInfo>) -> DFResult<Arc<dyn TableProvide
     t.build()
 }
 
-/// The primary-key index of every table with a key (streams have none);
+/// Every table's indexes: its primary key's and its secondary ones (streams have none);
 /// typed like PostgreSQL's so client queries over `indkey` plan.
 fn pg_index(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
     let mut fields = vec![
@@ -601,38 +602,63 @@ fn pg_index(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
         .map(|n| boolean(n)),
     );
     fields.extend([
-        int2_array("indkey"),
-        oid_array("indcollation"),
-        oid_array("indclass"),
-        int2_array("indoption"),
+        int2_vector("indkey"),
+        oid_vector("indcollation"),
+        oid_vector("indclass"),
+        int2_vector("indoption"),
         text("indexprs"),
         text("indpred"),
     ]);
     let mut t = TableBuilder::new(fields);
-    for r in rels.iter().filter(|r| !r.key.is_empty()) {
-        let n = r.key.len() as i16;
-        let collations: Vec<i32> = r
-            .key
-            .iter()
-            .map(|&k| type_collation(&r.columns[k as usize - 1].ty))
-            .collect();
-        let mut row = vec![i4(r.index_oid), i4(r.oid), i2(n), i2(n)];
-        // unique, nulls not distinct, primary, exclusion, immediate,
-        // clustered, valid, checkxmin, ready, live, replident
-        for v in [
-            true, false, true, false, true, false, true, false, true, true, false,
-        ] {
-            row.push(b(v));
+    for r in rels {
+        for x in r.indexes() {
+            let n = x.columns.len() as i16;
+            let collations: Vec<i32> = x
+                .columns
+                .iter()
+                .map(|&k| type_collation(&r.columns[k as usize - 1].ty))
+                .collect();
+            let mut row = vec![i4(x.oid), i4(r.oid), i2(n), i2(n)];
+            // unique, nulls not distinct, primary, exclusion, immediate,
+            // clustered, valid, checkxmin, ready, live, replident
+            for v in [
+                x.unique, false, x.primary, false, true, false, true, false, true, true, false,
+            ] {
+                row.push(b(v));
+            }
+            row.extend([
+                i2_list(&x.columns),
+                oid_list(&collations),
+                oid_list(&vec![0; x.columns.len()]),
+                i2_list(&vec![0; x.columns.len()]),
+                null_s(),
+                null_s(),
+            ]);
+            t.row(row);
         }
-        row.extend([
-            i2_list(&r.key),
-            oid_list(&collations),
-            oid_list(&vec![0; r.key.len()]),
-            i2_list(&vec![0; r.key.len()]),
-            null_s(),
-            null_s(),
-        ]);
-        t.row(row);
+    }
+    t.build()
+}
+
+/// Every index, as `CREATE INDEX` would make it.
+fn pg_indexes(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
+    let mut t = TableBuilder::new(text_fields(&[
+        "schemaname",
+        "tablename",
+        "indexname",
+        "tablespace",
+        "indexdef",
+    ]));
+    for r in rels {
+        for x in r.indexes() {
+            t.row(vec![
+                s(r.schema),
+                s(&r.name),
+                s(&x.name),
+                null_s(),
+                s(r.index_definition(&x)),
+            ]);
+        }
     }
     t.build()
 }

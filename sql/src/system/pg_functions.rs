@@ -359,7 +359,7 @@ fn relation_functions(
         },
     ));
     out.push(column_default(engine.clone()));
-    // Primary keys are the only indexes and constraints.
+    // Primary keys are the only constraints; indexes are theirs and CREATE INDEX's.
     for (name, index) in [("pg_get_indexdef", true), ("pg_get_constraintdef", false)] {
         let e = engine.clone();
         out.push(udf(
@@ -418,34 +418,26 @@ fn relation_functions(
     out
 }
 
-/// The primary keys' definitions by OID: as indexes
-/// (`CREATE UNIQUE INDEX ...`) or as constraints (`PRIMARY KEY (...)`).
+/// Definitions by OID: of every index (`CREATE [UNIQUE] INDEX ...`), or of the primary-key
+/// constraints (`PRIMARY KEY (...)`).
 fn key_definitions(e: &dyn CatalogSource, index: bool) -> HashMap<i64, String> {
-    super::relations(e)
-        .into_iter()
-        .filter(|r| !r.key.is_empty())
-        .map(|r| {
+    let mut out = HashMap::new();
+    for r in super::relations(e) {
+        if index {
+            for x in r.indexes() {
+                out.insert(x.oid as i64, r.index_definition(&x));
+            }
+        } else if !r.key.is_empty() {
             let cols = r
                 .key
                 .iter()
                 .map(|&k| quote_ident(&r.columns[k as usize - 1].name))
                 .collect::<Vec<_>>()
                 .join(", ");
-            if index {
-                (
-                    r.index_oid as i64,
-                    format!(
-                        "CREATE UNIQUE INDEX {} ON {}.{} USING btree ({cols})",
-                        quote_ident(&r.pkey_name()),
-                        r.schema,
-                        quote_ident(&r.name)
-                    ),
-                )
-            } else {
-                (r.constraint_oid() as i64, format!("PRIMARY KEY ({cols})"))
-            }
-        })
-        .collect()
+            out.insert(r.constraint_oid() as i64, format!("PRIMARY KEY ({cols})"));
+        }
+    }
+    out
 }
 
 /// Functions of text and values: descriptions (always NULL),
@@ -760,7 +752,7 @@ fn format_pg(fmt: &str, values: &[Option<&str>]) -> DFResult<String> {
 }
 
 /// An identifier as `quote_ident` writes it.
-fn quote_ident(v: &str) -> String {
+pub(super) fn quote_ident(v: &str) -> String {
     let plain = v
         .chars()
         .next()

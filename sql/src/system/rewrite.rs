@@ -34,7 +34,7 @@ use datafusion_pg_catalog::sql::rules::SqlStatementRewriteRule;
 
 /// Unqualified names of Sluice's own pg_catalog relations that the crate's list
 /// (`PG_CATALOG_TABLES`, which its own rule qualifies) does not have.
-pub const OWN_UNLISTED: &[&str] = &["pg_stat_ssl", "pg_user"];
+pub const OWN_UNLISTED: &[&str] = &["pg_stat_ssl", "pg_user", "pg_indexes"];
 
 /// Qualifies [`OWN_UNLISTED`] names with `pg_catalog`, as the search path would.
 #[derive(Debug)]

@@ -12,6 +12,7 @@
 //! concurrency: serializable, SQLSTATE 40001 on conflict).
 
 pub mod codec;
+pub mod index;
 pub mod provider;
 pub mod store;
 
@@ -289,6 +290,48 @@ impl TxnTables {
             .into_iter()
             .map(|(k, v)| (k, v.row))
             .collect();
+        for (k, v) in own {
+            match v {
+                Some(r) => rows.insert(k, r),
+                None => rows.remove(&k),
+            };
+        }
+        rows.into_iter()
+            .map(|(k, r)| Ok((k, table.decode(&r)?)))
+            .collect()
+    }
+}
+
+impl TxnTables {
+    /// The rows an index lookup finds, with the transaction's own writes to the table on
+    /// top (all of them: the filters run again above the scan), recording a read of the
+    /// whole table (a row another transaction adds to the range must conflict too).
+    pub fn index_scan(
+        &self,
+        store: &TableStore,
+        table: &Table,
+        lookup: &index::Lookup,
+    ) -> Result<KeyedRows> {
+        let mut inner = self.inner.lock();
+        let id = table.def.id;
+        inner.reads.push(TableRead {
+            table_id: id,
+            key: None,
+        });
+        let snap = self.snap(&mut inner, store);
+        let own: Vec<(Vec<u8>, Option<RowBytes>)> = inner
+            .overlay
+            .range((id, Vec::new())..(id + 1, Vec::new()))
+            .map(|((_, k), v)| (k.clone(), v.clone()))
+            .collect();
+        drop(inner);
+        let mut rows: BTreeMap<Vec<u8>, RowBytes> = BTreeMap::new();
+        for (_, entry) in snap.range(lookup.index.id, &lookup.from, lookup.to.as_deref())? {
+            let key = entry.row.to_vec();
+            if let Some(row) = snap.get(id, &key)? {
+                rows.insert(key, row.row);
+            }
+        }
         for (k, v) in own {
             match v {
                 Some(r) => rows.insert(k, r),

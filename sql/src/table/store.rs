@@ -155,6 +155,49 @@ impl Snapshot {
         Ok(rows.into_iter().collect())
     }
 
+    /// The rows of a table whose keys are in `from..to` (`to: None`: to the end), in key
+    /// order.
+    pub fn range(
+        &self,
+        table: u64,
+        from: &[u8],
+        to: Option<&[u8]>,
+    ) -> Result<Vec<(Vec<u8>, Versioned)>> {
+        let mut rows: std::collections::BTreeMap<Vec<u8>, Versioned> = Default::default();
+        let name = redb_name(table);
+        let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&name);
+        let bounds = (
+            std::ops::Bound::Included(from),
+            to.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
+        );
+        match self.base.open_table(def) {
+            Ok(t) => {
+                for item in t.range::<&[u8]>(bounds).map_err(storage_err)? {
+                    let (k, v) = item.map_err(storage_err)?;
+                    rows.insert(k.value().to_vec(), decode_versioned(v.value())?);
+                }
+            }
+            Err(TableError::TableDoesNotExist(_)) => {}
+            Err(e) => return Err(storage_err(e)),
+        }
+        let end = match to {
+            Some(to) => std::ops::Bound::Excluded((table, to.to_vec())),
+            None => std::ops::Bound::Excluded((table + 1, Vec::new())),
+        };
+        let delta_bounds = (std::ops::Bound::Included((table, from.to_vec())), end);
+        for ((_, k), v) in self.delta.range(delta_bounds) {
+            match v {
+                Some(v) => {
+                    rows.insert(k.clone(), v.clone());
+                }
+                None => {
+                    rows.remove(k);
+                }
+            }
+        }
+        Ok(rows.into_iter().collect())
+    }
+
     pub fn versions(&self, table: u64) -> TableVersions {
         self.versions.get(&table).copied().unwrap_or_default()
     }

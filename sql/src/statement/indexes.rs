@@ -1,0 +1,76 @@
+//! `CREATE [UNIQUE] INDEX` and `DROP INDEX` as [`Parsed`] statements.
+//!
+//! Indexes are B-trees over columns of a table (see `table::index`). What PostgreSQL's
+//! indexes have beyond that — expressions, partial indexes (`WHERE`), `INCLUDE`, other
+//! access methods, operator classes, `DESC` or `NULLS FIRST` order, `NULLS NOT DISTINCT`,
+//! storage parameters, `CONCURRENTLY` — is refused with `0A000` naming it, never accepted
+//! and ignored.
+
+use sqlparser::ast::{CreateIndex, Expr, IndexType, ObjectName};
+
+use super::{normalize_ident, object_name, sqlparser, Parsed};
+use crate::error::{Error, Result};
+
+pub(super) fn classify_create(ci: CreateIndex) -> Result<Parsed> {
+    let refused = [
+        (
+            ci.concurrently,
+            "CREATE INDEX CONCURRENTLY is not supported (CREATE INDEX builds the index in one replicated command)",
+        ),
+        (
+            !matches!(ci.using, None | Some(IndexType::BTree)),
+            "index access methods other than btree are not supported",
+        ),
+        (
+            ci.predicate.is_some(),
+            "partial indexes (CREATE INDEX ... WHERE) are not supported",
+        ),
+        (!ci.include.is_empty(), "INCLUDE columns are not supported"),
+        (
+            ci.nulls_distinct == Some(false),
+            "NULLS NOT DISTINCT is not supported",
+        ),
+        (
+            !ci.with.is_empty() || !ci.index_options.is_empty() || !ci.alter_options.is_empty(),
+            "index storage parameters and options are not supported",
+        ),
+    ];
+    if let Some((_, what)) = refused.iter().find(|(r, _)| *r) {
+        return Err(Error::unsupported(*what));
+    }
+    let mut columns = Vec::with_capacity(ci.columns.len());
+    for c in &ci.columns {
+        if c.operator_class.is_some() {
+            return Err(Error::unsupported(
+                "index operator classes are not supported",
+            ));
+        }
+        if c.column.options.asc == Some(false) || c.column.options.nulls_first == Some(true) {
+            return Err(Error::unsupported(
+                "DESC and NULLS FIRST index columns are not supported (indexes are ascending, NULLs last)",
+            ));
+        }
+        match &c.column.expr {
+            Expr::Identifier(id) => columns.push(normalize_ident(id)),
+            other => {
+                return Err(Error::unsupported(format!(
+                    "indexes on expressions are not supported: {other}"
+                )))
+            }
+        }
+    }
+    Ok(Parsed::CreateIndex {
+        name: ci.name.as_ref().map(object_name),
+        table: object_name(&ci.table_name),
+        columns,
+        unique: ci.unique,
+        if_not_exists: ci.if_not_exists,
+    })
+}
+
+pub(super) fn classify_drop(names: &[ObjectName], if_exists: bool) -> Parsed {
+    Parsed::DropIndex {
+        names: names.iter().map(object_name).collect(),
+        if_exists,
+    }
+}
