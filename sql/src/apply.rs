@@ -50,7 +50,7 @@ use crate::table::{write_kind, Table};
 mod indexes;
 mod views;
 
-pub(crate) use indexes::{missing_index, on_stream, relation_exists};
+pub(crate) use indexes::{constraint_requires, missing_index, on_stream, relation_exists};
 
 /// Where checkpoints were kept before tables (read once, then removed).
 const LEGACY_CHECKPOINT_FILE: &str = "checkpoint.json";
@@ -1273,6 +1273,7 @@ mod tests {
             ],
             primary_key: vec![0],
             index_oid: 0,
+            key_name: None,
             indexes: Vec::new(),
         };
         Op {

@@ -203,6 +203,9 @@ pub struct CreateIndex {
     pub unique: bool,
     #[prost(bool, tag = "6")]
     pub if_not_exists: bool,
+    /// The index of a `UNIQUE` constraint (see `IndexDef::constraint`).
+    #[prost(bool, tag = "7")]
+    pub constraint: bool,
 }
 
 /// `DROP INDEX name`: its entries go with the table's next checkpoint.

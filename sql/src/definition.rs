@@ -117,6 +117,10 @@ pub struct TableDef {
     /// OID of the primary key's index (`<name>_pkey`), 0 without a key.
     #[serde(default)]
     pub index_oid: u32,
+    /// The primary key's constraint (and index) name when `CREATE TABLE` gave one
+    /// (`CONSTRAINT name PRIMARY KEY`); else `<name>_pkey`.
+    #[serde(default)]
+    pub key_name: Option<String>,
     /// Secondary indexes (`CREATE INDEX`), in creation order.
     #[serde(default)]
     pub indexes: Vec<IndexDef>,
@@ -134,6 +138,10 @@ pub struct IndexDef {
     pub columns: Vec<usize>,
     /// No two rows with the same non-NULL values (23505).
     pub unique: bool,
+    /// The index of a `UNIQUE` constraint of `CREATE TABLE` (in `pg_constraint`; `DROP
+    /// INDEX` refuses it, as in PostgreSQL).
+    #[serde(default)]
+    pub constraint: bool,
 }
 
 impl TableDef {
@@ -155,6 +163,7 @@ impl TableDef {
             ],
             primary_key: vec![0, 1],
             index_oid: 16382,
+            key_name: None,
             indexes: Vec::new(),
         }
     }

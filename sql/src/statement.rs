@@ -40,6 +40,8 @@ pub enum Parsed {
         def: StreamDef,
         if_not_exists: bool,
     },
+    /// `CREATE TABLE`; its UNIQUE constraints are `def.indexes` (unnamed ones with an empty
+    /// name: the session picks it).
     CreateTable {
         def: TableDef,
         if_not_exists: bool,
@@ -1094,6 +1096,9 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
     }
     let mut columns: Vec<ColumnDef> = Vec::new();
     let mut primary_key: Vec<String> = Vec::new();
+    // UNIQUE constraints: (name, columns); the session names unnamed ones
+    let mut unique: Vec<(String, Vec<String>)> = Vec::new();
+    let mut key_name: Option<String> = None;
     let pk_twice = || {
         Error::new(
             sqlstate::INVALID_TABLE_DEFINITION,
@@ -1109,16 +1114,21 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
             match &o.option {
                 ColumnOption::NotNull => not_null = true,
                 ColumnOption::Null => not_null = false,
-                ColumnOption::PrimaryKey(_) => {
+                ColumnOption::PrimaryKey(pk) => {
                     if !primary_key.is_empty() {
                         return Err(pk_twice());
                     }
                     primary_key.push(cname.clone());
+                    key_name = o.name.as_ref().or(pk.name.as_ref()).map(normalize_ident);
                     not_null = true;
+                }
+                ColumnOption::Unique(u) => {
+                    let name = o.name.as_ref().or(u.name.as_ref());
+                    unique.push(indexes::unique_constraint(u, name, Some(&cname))?);
                 }
                 other => {
                     return Ok(Parsed::Refused(Error::unsupported(format!(
-                        "column option {other} is not supported (tables have PRIMARY KEY, NOT NULL and NULL)"
+                        "column option {other} is not supported (tables have PRIMARY KEY, UNIQUE, NOT NULL and NULL)"
                     ))))
                 }
             }
@@ -1136,6 +1146,7 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
                 if !primary_key.is_empty() {
                     return Err(pk_twice());
                 }
+                key_name = pk.name.as_ref().map(normalize_ident);
                 for col in &pk.columns {
                     match &col.column.expr {
                         Expr::Identifier(id) => primary_key.push(normalize_ident(id)),
@@ -1147,9 +1158,12 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
                     }
                 }
             }
+            TableConstraint::Unique(u) => {
+                unique.push(indexes::unique_constraint(u, u.name.as_ref(), None)?)
+            }
             other => {
                 return Ok(Parsed::Refused(Error::unsupported(format!(
-                    "constraint {other} is not supported (tables have a PRIMARY KEY and NOT NULL)"
+                    "constraint {other} is not supported (tables have PRIMARY KEY, UNIQUE and NOT NULL)"
                 ))))
             }
         }
@@ -1171,6 +1185,7 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
         columns[i].not_null = true;
         key.push(i);
     }
+    let indexes = indexes::unique_indexes(unique, &columns)?;
     Ok(Parsed::CreateTable {
         def: TableDef {
             id: 0,
@@ -1179,7 +1194,8 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
             columns,
             primary_key: key,
             index_oid: 0,
-            indexes: Vec::new(),
+            key_name,
+            indexes,
         },
         if_not_exists: ct.if_not_exists,
     })

@@ -5,7 +5,10 @@
 //! other than by offset. A [`Tail`] runs such a query chunk by chunk: for
 //! each committed range `[pos, end)` it plans the user's query with that
 //! range added to its WHERE and lets DataFusion do projection and
-//! filtering. The common tail — plain columns (or `*`) and nothing in the
+//! filtering. A lower bound on `ts` (`WHERE offset >= 0 AND ts >= '...'`)
+//! also seeks: the tail starts at the first frame of about that time
+//! ([`sluice_storage::StreamLog::offset_at_ts`]), so catching up from a time
+//! does not plan every chunk of older history. The common tail — plain columns (or `*`) and nothing in the
 //! WHERE but the offset bound — skips planning: it reads the range's frames
 //! and picks the columns, so many tails woken by every commit cost little. Positions advance by offset range, so rows are delivered
 //! exactly once and in offset order whatever the filter keeps. A tail holds
@@ -30,13 +33,19 @@ use sqlparser::ast::{
 use tokio::sync::watch;
 
 use crate::catalog::{Catalog, Current, Stream};
-use crate::definition::OFFSET_COLUMN;
+use crate::definition::{OFFSET_COLUMN, TS_COLUMN};
 use crate::error::{sqlstate, Error, Result};
 use crate::interrupt::{cancelled_error, CancelWatch};
 use crate::statement::{self, sqlparser};
+use crate::types::ColumnType;
 
 /// Offsets covered by one planned chunk.
 const CHUNK_OFFSETS: u64 = 65_536;
+
+/// How much earlier than a `ts` bound a tail starts reading: the bound is read as UTC here,
+/// the query reads it in the session's time zone (at most a day away, daylight saving
+/// included). Rows in between are read and filtered out by the query; none is skipped.
+const SEEK_MARGIN_MICROS: i64 = 26 * 3600 * 1_000_000;
 
 /// A tailable query, recognized.
 #[derive(Debug, Clone)]
@@ -46,6 +55,9 @@ pub struct TailSpec {
     pub query: Query,
     /// First offset to deliver.
     pub from: u64,
+    /// A `ts` the rows delivered are at or after, less `SEEK_MARGIN_MICROS` (µs): the
+    /// tail starts no earlier than the first frame stamped then.
+    pub ts_from: Option<i64>,
     pub limit: Option<usize>,
 }
 
@@ -91,11 +103,16 @@ pub fn tail_spec(q: &Query, params: &[ScalarValue]) -> Option<TailSpec> {
     }
     let selection = select.selection.as_ref()?;
     let mut lower: Option<u64> = None;
+    let mut ts_from: Option<i64> = None;
     let mut conjuncts = Vec::new();
     split_and(selection, &mut conjuncts);
     for c in &conjuncts {
         match c {
             Expr::BinaryOp { left, op, right } => {
+                if let Some(t) = ts_lower_bound(left, op, right, params) {
+                    ts_from = Some(ts_from.map_or(t, |f| f.max(t)));
+                    continue;
+                }
                 let (col, op, val) = if is_offset(left) {
                     (true, op.clone(), right.as_ref())
                 } else if is_offset(right) {
@@ -141,8 +158,58 @@ pub fn tail_spec(q: &Query, params: &[ScalarValue]) -> Option<TailSpec> {
         stream,
         query,
         from,
+        ts_from,
         limit,
     })
+}
+
+/// `ts > X` or `ts >= X` (either way round) with X a timestamp literal or parameter: X less
+/// [`SEEK_MARGIN_MICROS`].
+fn ts_lower_bound(
+    left: &Expr,
+    op: &BinaryOperator,
+    right: &Expr,
+    params: &[ScalarValue],
+) -> Option<i64> {
+    let (op, value) = if is_column(left, TS_COLUMN) {
+        (op.clone(), right)
+    } else if is_column(right, TS_COLUMN) {
+        (flip(op)?, left)
+    } else {
+        return None;
+    };
+    if !matches!(op, BinaryOperator::Gt | BinaryOperator::GtEq) {
+        return None;
+    }
+    Some(literal_ts(value, params)?.saturating_sub(SEEK_MARGIN_MICROS))
+}
+
+/// A timestamp a literal or parameter holds, in µs (text read as UTC when it names no zone).
+fn literal_ts(e: &Expr, params: &[ScalarValue]) -> Option<i64> {
+    let parse = |text: &str| match ColumnType::Timestamptz.parse_text(text) {
+        Ok(ScalarValue::TimestampMicrosecond(Some(t), _)) => Some(t),
+        _ => None,
+    };
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(text) => parse(text),
+            Value::Placeholder(p) => {
+                let i: usize = p.trim_start_matches('$').parse().ok()?;
+                match params.get(i.checked_sub(1)?)? {
+                    ScalarValue::Utf8(Some(text)) => parse(text),
+                    ScalarValue::TimestampMicrosecond(Some(t), _) => Some(*t),
+                    _ => None,
+                }
+            }
+            _ => None,
+        },
+        Expr::TypedString(t) => match &t.value.value {
+            Value::SingleQuotedString(text) => parse(text),
+            _ => None,
+        },
+        Expr::Cast { expr, .. } | Expr::Nested(expr) => literal_ts(expr, params),
+        _ => None,
+    }
 }
 
 fn has_aggregate_or_window(item: &sqlparser::ast::SelectItem) -> bool {
@@ -185,13 +252,17 @@ fn split_and<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
 }
 
 fn is_offset(e: &Expr) -> bool {
+    is_column(e, OFFSET_COLUMN)
+}
+
+fn is_column(e: &Expr, name: &str) -> bool {
     match e {
-        Expr::Identifier(id) => statement::normalize_ident(id) == OFFSET_COLUMN,
+        Expr::Identifier(id) => statement::normalize_ident(id) == name,
         Expr::CompoundIdentifier(ids) => ids
             .last()
-            .map(|i| statement::normalize_ident(i) == OFFSET_COLUMN)
+            .map(|i| statement::normalize_ident(i) == name)
             .unwrap_or(false),
-        Expr::Nested(inner) => is_offset(inner),
+        Expr::Nested(inner) => is_column(inner, name),
         _ => false,
     }
 }
@@ -278,13 +349,17 @@ impl Tail {
             .ok_or_else(|| Error::undefined_table(&spec.stream))?;
         let advanced = stream.subscribe();
         let restores = catalog.restores();
+        let from = match spec.ts_from {
+            Some(t) => spec.from.max(stream.log.offset_at_ts(t)),
+            None => spec.from,
+        };
         let mut tail = Tail {
             catalog,
             stream,
             ctx,
             query: spec.query,
             params,
-            pos: spec.from,
+            pos: from,
             remaining: spec.limit,
             buffered: VecDeque::new(),
             advanced,
@@ -643,6 +718,34 @@ mod tests {
         assert_eq!(
             spec("SELECT * FROM orders WHERE 10 < offset").unwrap().from,
             11
+        );
+    }
+
+    #[test]
+    fn a_ts_lower_bound_seeks_a_day_early() {
+        let hour = 3600 * 1_000_000i64;
+        let at = |sql: &str| spec(sql).and_then(|s| s.ts_from);
+        let t = 1_700_000_000_000_000i64; // 2023-11-14 22:13:20 UTC
+        for sql in [
+            "SELECT * FROM o WHERE offset >= 0 AND ts >= '2023-11-14 22:13:20+00'",
+            "SELECT * FROM o WHERE offset >= 0 AND '2023-11-14 22:13:20' <= ts",
+            "SELECT * FROM o WHERE ts > timestamptz '2023-11-14 22:13:20Z' AND offset > 1",
+            "SELECT * FROM o WHERE offset >= 0 AND ts >= '2023-11-14 22:13:20'::timestamptz",
+        ] {
+            assert_eq!(at(sql), Some(t - 26 * hour), "{sql}");
+        }
+        // the later of two bounds; an upper bound or a non-literal does not seek
+        assert_eq!(
+            at("SELECT * FROM o WHERE offset >= 0 AND ts >= '2023-11-14 22:13:20Z' AND ts > '2023-11-15 22:13:20Z'"),
+            Some(t + 24 * hour - 26 * hour)
+        );
+        assert_eq!(
+            at("SELECT * FROM o WHERE offset >= 0 AND ts <= '2023-11-14 22:13:20Z'"),
+            None
+        );
+        assert_eq!(
+            at("SELECT * FROM o WHERE offset >= 0 AND ts >= now()"),
+            None
         );
     }
 

@@ -480,6 +480,27 @@ impl StreamLog {
         out
     }
 
+    /// Where a reader of the rows stamped at or after `ts_micros` starts: the first offset
+    /// of the first frame (in offset order) with such a `ts`, or the next offset when there
+    /// is none yet. Every frame before it is older. Whole segments are skipped by their
+    /// newest `ts`; no file is read.
+    pub fn offset_at_ts(&self, ts_micros: i64) -> u64 {
+        let index = self.index.read();
+        for segment in index.segments() {
+            if segment.max_ts_micros().is_none_or(|m| m < ts_micros) {
+                continue;
+            }
+            let first = segment
+                .frames()
+                .iter()
+                .find(|f| f.rows > 0 && f.ts_micros >= ts_micros);
+            if let Some(f) = first {
+                return f.base_offset.max(index.first_offset);
+            }
+        }
+        index.next_offset
+    }
+
     /// Reads, verifies and decodes the batch `meta` describes. Returns
     /// [`Error::OffsetTruncated`] if its segment has been deleted.
     pub fn read(&self, meta: &BatchMeta) -> Result<RecordBatch> {

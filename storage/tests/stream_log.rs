@@ -186,6 +186,13 @@ fn rollover_names_segments_by_base_offset_and_batches_prune() {
         assert_batch(&log.read(meta).expect("read"), meta.base_offset, meta.rows);
     }
     assert_eq!(read_all(&log, 0), 40);
+
+    // seeks by time (frame `b` is stamped b * 1000): the first frame at or after it
+    assert_eq!(log.offset_at_ts(i64::MIN), 0);
+    assert_eq!(log.offset_at_ts(12_000), 12);
+    assert_eq!(log.offset_at_ts(12_001), 16);
+    assert_eq!(log.offset_at_ts(36_000), 36);
+    assert_eq!(log.offset_at_ts(36_001), 40);
 }
 
 #[test]

@@ -162,3 +162,15 @@ def test_binary_copy_from_stdin(conn):
             copy.write_row((UUID(int=2), None, at))
     rows = conn.execute("SELECT offset, id, n, at FROM b ORDER BY offset").fetchall()
     assert rows == [(0, UUID(int=1), 1, at), (1, UUID(int=2), None, at)]
+
+
+@pytest.mark.parametrize("binary_results", [False, True], ids=["text-results", "binary-results"])
+def test_array_parameters_in_binary(conn, binary_results):
+    """`%b` sends a Python list as a binary array (int4[] / text[], with NULLs and
+    quoting-worthy text); the server reads it and answers the same list."""
+    with conn.cursor(binary=binary_results) as cur:
+        cur.execute("SELECT %b::int[], %b::text[], %b::bigint[]",
+                    ([1, None, -7], ["a", None, 'q"u,o{te}', ""], [2**40]))
+        assert cur.fetchone() == ([1, None, -7], ["a", None, 'q"u,o{te}', ""], [2**40])
+        cur.execute("SELECT cardinality(%b::int[]), %b::text[] IS NULL", ([4, 5, 6], None))
+        assert cur.fetchone() == (3, True)

@@ -230,3 +230,42 @@ def test_tables_create_all_reflect_and_orm(engine):
             else err.value.orig.sqlstate == "23505"
         session.rollback()
         assert session.query(Account).count() == 3
+
+
+def test_unique_columns_indexes_and_a_named_key_reflect(engine):
+    """`unique=True` (a UNIQUE constraint in CREATE TABLE), `index=True` (CREATE INDEX), a
+    named primary key: create_all makes them in one transaction, the inspector reflects
+    them as PostgreSQL's would, and the constraint refuses a duplicate (IntegrityError)."""
+    md = sa.MetaData()
+    users = sa.Table(
+        "users_u", md,
+        sa.Column("id", sa.Integer, autoincrement=False),
+        sa.Column("email", sa.Text, unique=True),
+        sa.Column("team", sa.Text, index=True),
+        sa.Column("a", sa.Integer),
+        sa.Column("b", sa.Integer),
+        sa.PrimaryKeyConstraint("id", name="users_u_pk"),
+        sa.UniqueConstraint("a", "b", name="users_u_ab"),
+    )
+    md.create_all(engine)
+    inspector = sa.inspect(engine)
+    assert inspector.get_pk_constraint("users_u")["name"] == "users_u_pk"
+    uniques = sorted((u["name"], u["column_names"])
+                     for u in inspector.get_unique_constraints("users_u"))
+    assert uniques == [("users_u_ab", ["a", "b"]), ("users_u_email_key", ["email"])]
+    indexes = [(i["name"], i["column_names"], i["unique"])
+               for i in inspector.get_indexes("users_u")]
+    assert ("ix_users_u_team", ["team"], False) in indexes
+    with engine.begin() as connection:
+        connection.execute(users.insert(), [
+            {"id": 1, "email": "a@x", "team": "red", "a": 1, "b": 1},
+            {"id": 2, "email": None, "team": "red", "a": 1, "b": 2},
+        ])
+    with pytest.raises(sa.exc.IntegrityError) as err:
+        with engine.begin() as connection:
+            connection.execute(users.insert(), {"id": 3, "email": "a@x", "team": "x"})
+    assert "users_u_email_key" in str(err.value.orig)
+    with engine.connect() as connection:
+        rows = connection.execute(sa.select(users.c.id).where(users.c.team == "red")
+                                  .order_by(users.c.id)).fetchall()
+    assert [r[0] for r in rows] == [1, 2]

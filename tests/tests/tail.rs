@@ -395,6 +395,69 @@ async fn cursor_fetch_follows_the_stream() {
     exec(&reader, "ROLLBACK").await;
 }
 
+/// A tail from a time (`ts >= '...'` beside the offset bound) delivers exactly the rows
+/// stamped then or later, then follows the stream — whatever time zone the session reads
+/// the literal in (the tail seeks a day early and lets the query's filter decide).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cursor_tails_from_a_time() {
+    let server = Server::start().await;
+    let reader = server.client().await;
+    let writer = server.client().await;
+    stream_with_rows(&writer, "s", 6).await;
+    // the writer's session is in UTC: `...+00`
+    let stamped = text_rows(&writer, "SELECT ts FROM s WHERE offset = 3").await;
+    let at = &stamped[0][0]
+        .strip_suffix("+00")
+        .expect("ts in UTC")
+        .to_string();
+    for (zone, literal) in [
+        ("UTC", format!("{at}+00")),
+        ("UTC", at.clone()),
+        ("Pacific/Kiritimati", format!("{at}+00")),
+        ("Etc/GMT+12", format!("{at}+00")),
+    ] {
+        exec(&reader, &format!("SET TIME ZONE '{zone}'")).await;
+        exec(&reader, "BEGIN").await;
+        exec(&reader, "SET tail_wait = '200ms'").await;
+        exec(
+            &reader,
+            &format!(
+                "DECLARE c CURSOR FOR SELECT offset, v FROM s WHERE offset >= 0 AND ts >= '{literal}'"
+            ),
+        )
+        .await;
+        assert_eq!(
+            text_rows(&reader, "FETCH 10 FROM c").await,
+            expected_pairs(3..6),
+            "{zone} {literal}"
+        );
+        exec(&reader, "ROLLBACK").await;
+    }
+    // and it goes on with rows committed later
+    exec(&reader, "SET TIME ZONE 'UTC'").await;
+    exec(&reader, "BEGIN").await;
+    exec(&reader, "SET tail_wait = '200ms'").await;
+    exec(
+        &reader,
+        &format!(
+            "DECLARE c CURSOR FOR SELECT offset, v FROM s WHERE offset >= 0 AND ts > '{at}+00'"
+        ),
+    )
+    .await;
+    assert_eq!(
+        text_rows(&reader, "FETCH 10 FROM c").await,
+        expected_pairs(4..6)
+    );
+    insert_rows(&writer, "s", 6..8).await;
+    let mut got = Vec::new();
+    let deadline = Instant::now() + ARRIVAL;
+    while got.len() < 2 && Instant::now() < deadline {
+        got.extend(text_rows(&reader, "FETCH 10 FROM c").await);
+    }
+    assert_eq!(got, expected_pairs(6..8));
+    exec(&reader, "ROLLBACK").await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn cursors_outside_a_transaction_block() {
     let server = Server::start().await;

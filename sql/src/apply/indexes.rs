@@ -70,6 +70,7 @@ impl Database {
                         name: c.name.clone(),
                         columns: column_positions(&table, &c.columns)?,
                         unique: c.unique,
+                        constraint: c.constraint,
                     };
                     names.insert(c.name.clone(), Some(table.def.id));
                     indexed(&mut tables, &table).indexes.push((def, true));
@@ -85,6 +86,11 @@ impl Database {
                         }
                         return Err(missing_index(&self.catalog, &d.name));
                     };
+                    if let Some((t, x)) = self.catalog.index(&d.name) {
+                        if x.constraint && !names.contains_key(&d.name) {
+                            return Err(constraint_requires(&d.name, &t.def.name));
+                        }
+                    }
                     names.insert(d.name.clone(), None);
                     if let Some(t) = tables.get_mut(&table_id) {
                         t.indexes.retain(|(x, _)| x.name != d.name);
@@ -120,6 +126,7 @@ impl Database {
                 }
             }
         }
+        let last_write = last_writes(index, cmd);
         let snap = self.tables.snapshot();
         let mut out = Vec::new();
         for t in tables.values() {
@@ -128,7 +135,17 @@ impl Database {
                 changed.insert(&w.key, w.row.as_ref());
             }
             for (def, new) in &t.indexes {
-                out.extend(entries(&snap, &t.table, def, *new, &changed)?);
+                // a duplicate is the new index's if every write to the table came before it
+                // (PostgreSQL's CREATE UNIQUE INDEX over the rows), else a write's
+                let building = *new
+                    && last_write
+                        .get(&t.table.def.id)
+                        .is_none_or(|&w| w < (def.id - index * 1024) as usize);
+                let entries = entries(&snap, &t.table, def, *new, &changed);
+                out.extend(entries.map_err(|e| match e {
+                    Duplicate::Of(row) => index::duplicate(&t.table, def, &row, building),
+                    Duplicate::Error(e) => e,
+                })?);
             }
         }
         Ok(out)
@@ -184,6 +201,7 @@ impl Database {
             name: c.name,
             columns,
             unique: c.unique,
+            constraint: c.constraint,
         });
         self.next_oid += 1;
         self.catalog.insert_table(Arc::new(Table::new(def)));
@@ -210,6 +228,21 @@ impl Database {
             self.dropped_tables.push(x.id);
         }
     }
+}
+
+/// Op position (+ 1) of the command's last write to each table, by the id it will have.
+fn last_writes(index: u64, cmd: &Command) -> HashMap<u64, usize> {
+    let mut last = HashMap::new();
+    for (i, o) in cmd.ops.iter().enumerate() {
+        if let Some(op::Kind::TableWrite(w)) = &o.kind {
+            let id = match w.table_id.checked_sub(LOCAL_ID_BASE) {
+                Some(j) => index * 1024 + j + 1,
+                None => w.table_id,
+            };
+            last.insert(id, i + 1);
+        }
+    }
+    last
 }
 
 fn indexed<'m>(tables: &'m mut BTreeMap<u64, Indexed>, table: &Arc<Table>) -> &'m mut Indexed {
@@ -251,13 +284,7 @@ pub(crate) fn missing_index(catalog: &Catalog, name: &str) -> Error {
         .into_iter()
         .find(|t| !t.def.primary_key.is_empty() && t.constraint_name() == name);
     if let Some(t) = pkey {
-        return Error::new(
-            sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-            format!(
-                "cannot drop index {name} because constraint {name} on table {} requires it",
-                t.def.name
-            ),
-        );
+        return constraint_requires(name, &t.def.name);
     }
     if catalog.exists(name) {
         return Error::new(
@@ -268,6 +295,14 @@ pub(crate) fn missing_index(catalog: &Catalog, name: &str) -> Error {
     Error::new(
         sqlstate::UNDEFINED_OBJECT,
         format!("index \"{name}\" does not exist"),
+    )
+}
+
+/// `DROP INDEX` of the index of a primary key or UNIQUE constraint (2BP01).
+pub(crate) fn constraint_requires(name: &str, table: &str) -> Error {
+    Error::new(
+        sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+        format!("cannot drop index {name} because constraint {name} on table {table} requires it"),
     )
 }
 
@@ -293,13 +328,26 @@ pub(crate) fn on_stream(name: &str) -> Error {
 /// The entry writes of one index: all rows of `changed` (the command's net writes to the
 /// table, by key) out of and into it — or, for a new index, every row the table will hold —
 /// after checking uniqueness.
+/// Why an index's entries could not be planned.
+enum Duplicate {
+    /// Two rows have this row's values under a UNIQUE index.
+    Of(Vec<datafusion::scalar::ScalarValue>),
+    Error(Error),
+}
+
+impl From<Error> for Duplicate {
+    fn from(e: Error) -> Duplicate {
+        Duplicate::Error(e)
+    }
+}
+
 fn entries(
     snap: &Snapshot,
     table: &Table,
     def: &IndexDef,
     new: bool,
     changed: &BTreeMap<&[u8], Option<&RowBytes>>,
-) -> Result<Vec<Write>, Error> {
+) -> Result<Vec<Write>, Duplicate> {
     // entry -> Some(row key) added, None removed
     let mut delta: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
     let mut added: Vec<(Vec<u8>, usize, Vec<datafusion::scalar::ScalarValue>)> = Vec::new();
@@ -350,7 +398,7 @@ fn entries(
                 holders.insert(k.clone(), v.is_some());
             }
             if holders.values().filter(|h| **h).count() > 1 {
-                return Err(index::duplicate(table, def, values, new));
+                return Err(Duplicate::Of(values.clone()));
             }
         }
     }

@@ -70,14 +70,22 @@ impl Session {
         }
     }
 
+    /// `CREATE TABLE`, and an index for each of its UNIQUE constraints (all one command).
     async fn create_table(&mut self, def: &TableDef, if_not_exists: bool) -> Result<Output> {
-        let kind = op::Kind::CreateTable(CreateTable {
+        let mut def = def.clone();
+        let unique = std::mem::take(&mut def.indexes);
+        if !unique.is_empty() && if_not_exists && self.block.exists(&def.name, &self.engine.catalog)
+        {
+            return Ok(Output::Tag("CREATE TABLE".into()));
+        }
+        let mut kinds = vec![op::Kind::CreateTable(CreateTable {
             name: def.name.clone(),
-            definition_json: definition_json(def)?,
+            definition_json: definition_json(&def)?,
             if_not_exists,
             owner: self.owner_name(),
-        });
-        self.run_ddl(vec![kind], "CREATE TABLE").await
+        })];
+        kinds.extend(self.constraint_indexes(&def, unique)?);
+        self.run_ddl(kinds, "CREATE TABLE").await
     }
 
     async fn create_stream(&mut self, def: &StreamDef, if_not_exists: bool) -> Result<Output> {

@@ -6,10 +6,13 @@
 
 use super::transaction::Txn;
 use super::{Output, Session};
-use crate::apply::{missing_index, on_stream, relation_exists};
+use crate::apply::{constraint_requires, missing_index, on_stream, relation_exists};
+use crate::block_catalog::LOCAL_ID_BASE;
 use crate::command::{op, CreateIndex, DropIndex};
+use crate::definition::{ColumnDef, IndexDef, TableDef};
 use crate::error::{sqlstate, Error, Result};
 use crate::table::check_name;
+use crate::types::ColumnType;
 
 /// PostgreSQL's longest identifier (NAMEDATALEN - 1 bytes).
 const MAX_NAME_BYTES: usize = 63;
@@ -38,21 +41,23 @@ impl Session {
             }
             return Err(Error::undefined_table(table));
         };
-        if let Some(c) = columns
-            .iter()
-            .find(|c| !t.def.columns.iter().any(|d| &d.name == *c))
-        {
-            return Err(Error::new(
-                sqlstate::UNDEFINED_COLUMN,
-                format!("column \"{c}\" does not exist"),
-            ));
+        for c in columns {
+            match t.def.columns.iter().find(|d| &d.name == c) {
+                None => {
+                    return Err(Error::new(
+                        sqlstate::UNDEFINED_COLUMN,
+                        format!("column \"{c}\" does not exist"),
+                    ))
+                }
+                Some(d) => indexable(d)?,
+            }
         }
         let name = match name {
             Some(n) => {
                 check_name("index", n)?;
                 n.to_string()
             }
-            None => self.chosen_index_name(table, columns),
+            None => self.chosen_index_name(table, columns, "idx", &[]),
         };
         if self.index_name_taken(&name) {
             if if_not_exists {
@@ -67,6 +72,7 @@ impl Session {
             columns: columns.to_vec(),
             unique,
             if_not_exists,
+            constraint: false,
         };
         self.run_ddl(vec![op::Kind::CreateIndex(op)], "CREATE INDEX")
             .await
@@ -80,6 +86,11 @@ impl Session {
     ) -> Result<Output> {
         let mut kinds = Vec::new();
         for name in names {
+            if let Some((t, x)) = self.engine.catalog.index(name) {
+                if x.constraint && self.block_index(name).is_none() {
+                    return Err(constraint_requires(name, &t.def.name));
+                }
+            }
             if !self.index_exists(name) {
                 if if_exists {
                     continue;
@@ -120,16 +131,69 @@ impl Session {
         self.index_exists(name) || self.block.exists(name, &self.engine.catalog)
     }
 
-    /// PostgreSQL's name for `CREATE INDEX ON t (a, b)`: `t_a_b_idx`, cut to 63 bytes, then
-    /// `t_a_b_idx1`, `t_a_b_idx2`... while taken.
-    fn chosen_index_name(&self, table: &str, columns: &[String]) -> String {
+    /// The `CreateIndex` ops of a new table's UNIQUE constraints (`def.indexes` as the
+    /// statement gave them), to follow its `CreateTable` op: they name the table by the
+    /// local id that op gives it (see `block_catalog`).
+    pub(super) fn constraint_indexes(
+        &self,
+        def: &TableDef,
+        unique: Vec<IndexDef>,
+    ) -> Result<Vec<op::Kind>> {
+        let at = match &self.txn {
+            Txn::Block(b) => b.ops.len(),
+            _ => 0,
+        };
+        let mut named: Vec<String> = Vec::new();
+        let mut out = Vec::new();
+        for u in unique {
+            let columns: Vec<String> = u
+                .columns
+                .iter()
+                .map(|&c| def.columns[c].name.clone())
+                .collect();
+            for &c in &u.columns {
+                indexable(&def.columns[c])?;
+            }
+            let name = if u.name.is_empty() {
+                self.chosen_index_name(&def.name, &columns, "key", &named)
+            } else {
+                check_name("constraint", &u.name)?;
+                u.name
+            };
+            if named.contains(&name) || name == def.name || self.index_name_taken(&name) {
+                return Err(relation_exists(&name));
+            }
+            named.push(name.clone());
+            out.push(op::Kind::CreateIndex(CreateIndex {
+                name,
+                table: def.name.clone(),
+                table_id: LOCAL_ID_BASE + at as u64,
+                columns,
+                unique: true,
+                if_not_exists: false,
+                constraint: true,
+            }));
+        }
+        Ok(out)
+    }
+
+    /// PostgreSQL's name for `CREATE INDEX ON t (a, b)` (`label` "idx") or a `UNIQUE (a, b)`
+    /// constraint ("key"): `t_a_b_idx`, cut to 63 bytes, then `t_a_b_idx1`, `t_a_b_idx2`...
+    /// while taken (or in `also_taken`).
+    fn chosen_index_name(
+        &self,
+        table: &str,
+        columns: &[String],
+        label: &str,
+        also_taken: &[String],
+    ) -> String {
         let base = format!("{table}_{}", columns.join("_"));
         (0u32..)
             .map(|n| {
                 let label = if n == 0 {
-                    "idx".to_string()
+                    label.to_string()
                 } else {
-                    format!("idx{n}")
+                    format!("{label}{n}")
                 };
                 let mut cut = MAX_NAME_BYTES - label.len() - 1;
                 while !base.is_char_boundary(cut.min(base.len())) {
@@ -137,7 +201,18 @@ impl Session {
                 }
                 format!("{}_{label}", &base[..cut.min(base.len())])
             })
-            .find(|n| !self.index_name_taken(n))
+            .find(|n| !self.index_name_taken(n) && !also_taken.contains(n))
             .unwrap_or_default()
     }
+}
+
+/// As in PostgreSQL: json has no equality, so no B-tree (jsonb has).
+fn indexable(column: &ColumnDef) -> Result<()> {
+    if column.ty == ColumnType::Json {
+        return Err(Error::new(
+            sqlstate::UNDEFINED_OBJECT,
+            "data type json has no default operator class for access method \"btree\"",
+        ));
+    }
+    Ok(())
 }

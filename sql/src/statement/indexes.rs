@@ -1,4 +1,5 @@
-//! `CREATE [UNIQUE] INDEX` and `DROP INDEX` as [`Parsed`] statements.
+//! `CREATE [UNIQUE] INDEX`, `DROP INDEX` and `CREATE TABLE`'s `UNIQUE` constraints as
+//! [`Parsed`] statements.
 //!
 //! Indexes are B-trees over columns of a table (see `table::index`). What PostgreSQL's
 //! indexes have beyond that — expressions, partial indexes (`WHERE`), `INCLUDE`, other
@@ -6,10 +7,13 @@
 //! storage parameters, `CONCURRENTLY` — is refused with `0A000` naming it, never accepted
 //! and ignored.
 
-use sqlparser::ast::{CreateIndex, Expr, IndexType, ObjectName};
+use sqlparser::ast::{
+    CreateIndex, Expr, Ident, IndexType, NullsDistinctOption, ObjectName, UniqueConstraint,
+};
 
 use super::{normalize_ident, object_name, sqlparser, Parsed};
-use crate::error::{Error, Result};
+use crate::definition::{ColumnDef, IndexDef};
+use crate::error::{sqlstate, Error, Result};
 
 pub(super) fn classify_create(ci: CreateIndex) -> Result<Parsed> {
     let refused = [
@@ -73,4 +77,75 @@ pub(super) fn classify_drop(names: &[ObjectName], if_exists: bool) -> Parsed {
         names: names.iter().map(object_name).collect(),
         if_exists,
     }
+}
+
+/// A `UNIQUE` constraint of `CREATE TABLE` (of the column `column`, or of the columns it
+/// lists): its name (empty: the session picks `<table>_<columns>_key`) and columns.
+pub(super) fn unique_constraint(
+    u: &UniqueConstraint,
+    name: Option<&Ident>,
+    column: Option<&str>,
+) -> Result<(String, Vec<String>)> {
+    let refused = [
+        (
+            u.characteristics.is_some(),
+            "DEFERRABLE and INITIALLY constraints are not supported",
+        ),
+        (
+            matches!(u.nulls_distinct, NullsDistinctOption::NotDistinct),
+            "NULLS NOT DISTINCT is not supported",
+        ),
+        (
+            !matches!(u.index_type, None | Some(IndexType::BTree))
+                || !u.index_options.is_empty()
+                || u.index_name.is_some(),
+            "this form of UNIQUE constraint is not supported",
+        ),
+    ];
+    if let Some((_, what)) = refused.iter().find(|(r, _)| *r) {
+        return Err(Error::unsupported(*what));
+    }
+    let mut columns: Vec<String> = column.map(str::to_string).into_iter().collect();
+    for c in &u.columns {
+        match &c.column.expr {
+            Expr::Identifier(id) => columns.push(normalize_ident(id)),
+            other => {
+                return Err(Error::unsupported(format!(
+                    "a UNIQUE constraint on an expression is not supported: {other}"
+                )))
+            }
+        }
+    }
+    Ok((name.map(normalize_ident).unwrap_or_default(), columns))
+}
+
+/// The unique indexes of `CREATE TABLE`'s UNIQUE constraints, their columns by position.
+pub(super) fn unique_indexes(
+    unique: Vec<(String, Vec<String>)>,
+    columns: &[ColumnDef],
+) -> Result<Vec<IndexDef>> {
+    unique
+        .into_iter()
+        .map(|(name, cols)| {
+            let positions = cols
+                .iter()
+                .map(|k| {
+                    columns.iter().position(|c| &c.name == k).ok_or_else(|| {
+                        Error::new(
+                            sqlstate::UNDEFINED_COLUMN,
+                            format!("column \"{k}\" named in key does not exist"),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<usize>>>()?;
+            Ok(IndexDef {
+                id: 0,
+                oid: 0,
+                name,
+                columns: positions,
+                unique: true,
+                constraint: true,
+            })
+        })
+        .collect()
 }

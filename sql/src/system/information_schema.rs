@@ -314,39 +314,47 @@ fn character_sets(db: &str) -> DFResult<Arc<dyn TableProvider>> {
     t.build()
 }
 
-/// Primary keys of tables (streams have none).
+/// Primary keys and UNIQUE constraints of tables (streams have none).
 fn table_constraints(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
     let mut t = empty_builder("table_constraints");
-    for r in rels.iter().filter(|r| !r.key.is_empty()) {
-        t.row(vec![
-            s(db),
-            s(r.schema),
-            s(r.pkey_name()),
-            s(db),
-            s(r.schema),
-            s(&r.name),
-            s("PRIMARY KEY"),
-            s("NO"),
-            s("NO"),
-            s("YES"),
-            null_s(),
-        ]);
+    for r in rels {
+        for x in r.indexes().into_iter().filter(RelIndex::is_constraint) {
+            t.row(vec![
+                s(db),
+                s(r.schema),
+                s(&x.name),
+                s(db),
+                s(r.schema),
+                s(&r.name),
+                s(if x.primary { "PRIMARY KEY" } else { "UNIQUE" }),
+                s("NO"),
+                s("NO"),
+                s("YES"),
+                null_s(),
+            ]);
+        }
     }
     t.build()
 }
 
-/// Columns of primary keys, by `key_column_usage` or
+/// Columns of primary keys and UNIQUE constraints, by `key_column_usage` or
 /// `constraint_column_usage` (same facts, different column order).
 fn key_columns(view: &str, db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
     let mut t = empty_builder(view);
-    for r in rels.iter().filter(|r| !r.key.is_empty()) {
-        for (pos, &k) in r.key.iter().enumerate() {
+    let constraints = rels.iter().flat_map(|r| {
+        r.indexes()
+            .into_iter()
+            .filter(RelIndex::is_constraint)
+            .map(move |x| (r, x))
+    });
+    for (r, x) in constraints {
+        for (pos, &k) in x.columns.iter().enumerate() {
             let col = &r.columns[k as usize - 1].name;
             t.row(if view == "key_column_usage" {
                 vec![
                     s(db),
                     s(r.schema),
-                    s(r.pkey_name()),
+                    s(&x.name),
                     s(db),
                     s(r.schema),
                     s(&r.name),
@@ -362,7 +370,7 @@ fn key_columns(view: &str, db: &str, rels: &[Relation]) -> DFResult<Arc<dyn Tabl
                     s(col),
                     s(db),
                     s(r.schema),
-                    s(r.pkey_name()),
+                    s(&x.name),
                 ]
             });
         }

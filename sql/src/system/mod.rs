@@ -123,6 +123,8 @@ pub(crate) struct Relation {
     pub rows: i64,
     /// Primary key: attribute numbers (1-based) and the index's OID.
     pub key: Vec<i16>,
+    /// The primary key's constraint name, when `CREATE TABLE` gave one.
+    pub key_name: Option<String>,
     pub index_oid: i32,
     /// Secondary indexes (`CREATE INDEX`) of a table.
     pub secondary: Vec<RelIndex>,
@@ -139,17 +141,38 @@ pub(crate) struct RelIndex {
     pub columns: Vec<i16>,
     pub unique: bool,
     pub primary: bool,
+    /// The index of a UNIQUE constraint (`pg_constraint` lists it, as a primary key's).
+    pub constraint: bool,
+}
+
+impl RelIndex {
+    /// The index of a constraint: a primary key or a UNIQUE constraint.
+    pub fn is_constraint(&self) -> bool {
+        self.primary || self.constraint
+    }
+
+    /// OID of its constraint (derived: it is not stored).
+    pub fn constraint_oid(&self) -> i32 {
+        self.oid | 1 << 30
+    }
+
+    /// `p` or `u`, as `pg_constraint.contype`.
+    pub fn contype(&self) -> &'static str {
+        if self.primary {
+            "p"
+        } else {
+            "u"
+        }
+    }
 }
 
 impl Relation {
-    /// Name of the primary key's index and constraint.
+    /// Name of the primary key's index and constraint (`CONSTRAINT name PRIMARY KEY`, else
+    /// `<table>_pkey`).
     pub fn pkey_name(&self) -> String {
-        format!("{}_pkey", self.name)
-    }
-
-    /// OID of the primary-key constraint (derived: it is not stored).
-    pub fn constraint_oid(&self) -> i32 {
-        self.index_oid | 1 << 30
+        self.key_name
+            .clone()
+            .unwrap_or_else(|| format!("{}_pkey", self.name))
     }
 
     /// Every index: the primary key's first, then the secondary ones.
@@ -162,20 +185,31 @@ impl Relation {
                 columns: self.key.clone(),
                 unique: true,
                 primary: true,
+                constraint: true,
             });
         }
         out.extend(self.secondary.iter().cloned());
         out
     }
 
-    /// `CREATE [UNIQUE] INDEX ...` as `pg_get_indexdef` and `pg_indexes` show it.
-    pub fn index_definition(&self, x: &RelIndex) -> String {
-        let cols = x
-            .columns
+    /// `a, "B"`: the quoted names of columns by attribute number.
+    pub fn column_list(&self, attnums: &[i16]) -> String {
+        attnums
             .iter()
             .map(|&k| quote_ident(&self.columns[k as usize - 1].name))
             .collect::<Vec<_>>()
-            .join(", ");
+            .join(", ")
+    }
+
+    /// `PRIMARY KEY (a)` / `UNIQUE (a, b)`, as `pg_get_constraintdef` shows a constraint.
+    pub fn constraint_definition(&self, x: &RelIndex) -> String {
+        let kind = if x.primary { "PRIMARY KEY" } else { "UNIQUE" };
+        format!("{kind} ({})", self.column_list(&x.columns))
+    }
+
+    /// `CREATE [UNIQUE] INDEX ...` as `pg_get_indexdef` and `pg_indexes` show it.
+    pub fn index_definition(&self, x: &RelIndex) -> String {
+        let cols = self.column_list(&x.columns);
         format!(
             "CREATE {}INDEX {} ON {}.{} USING btree ({cols})",
             if x.unique { "UNIQUE " } else { "" },
@@ -246,6 +280,7 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
                 columns,
                 rows: (s.log.next_offset() - s.log.first_offset()) as i64,
                 key: vec![],
+                key_name: None,
                 index_oid: 0,
                 secondary: vec![],
                 definition: None,
@@ -262,6 +297,7 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
             columns: t.def.columns.iter().map(rel_column).collect(),
             rows: -1,
             key: t.def.primary_key.iter().map(|&i| i as i16 + 1).collect(),
+            key_name: t.def.key_name.clone(),
             index_oid: t.def.index_oid as i32,
             secondary: t
                 .def
@@ -273,6 +309,7 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
                     columns: x.columns.iter().map(|&c| c as i16 + 1).collect(),
                     unique: x.unique,
                     primary: false,
+                    constraint: x.constraint,
                 })
                 .collect(),
             definition: None,
@@ -287,6 +324,7 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
         columns: v.def.columns.iter().map(rel_column).collect(),
         rows: 0,
         key: vec![],
+        key_name: None,
         index_oid: 0,
         secondary: vec![],
         definition: Some(format!("{};", v.def.query)),
@@ -311,6 +349,7 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
                 .collect(),
             rows: 0,
             key: vec![],
+            key_name: None,
             index_oid: 0,
             secondary: vec![],
             definition: None,

@@ -663,7 +663,7 @@ fn pg_indexes(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
     t.build()
 }
 
-/// Primary keys (NOT NULL lives in pg_attribute, as in PostgreSQL 16);
+/// Primary keys and UNIQUE constraints (NOT NULL lives in pg_attribute, as in PostgreSQL 16);
 /// typed like PostgreSQL's.
 fn pg_constraint(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
     let mut t = TableBuilder::new(vec![
@@ -698,35 +698,37 @@ fn pg_constraint(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
         || ScalarValue::try_from(oid_array("").data_type()).unwrap_or(ScalarValue::Null);
     let empty_i2 =
         || ScalarValue::try_from(int2_array("").data_type()).unwrap_or(ScalarValue::Null);
-    for r in rels.iter().filter(|r| !r.key.is_empty()) {
-        t.row(vec![
-            i4(r.constraint_oid()),
-            s(r.pkey_name()),
-            i4(r.namespace),
-            s("p"),
-            b(false),
-            b(false),
-            b(true),
-            i4(r.oid),
-            i4(0),
-            i4(r.index_oid),
-            i4(0),
-            i4(0),
-            s(" "),
-            s(" "),
-            s(" "),
-            b(true),
-            i4(0),
-            b(true),
-            i2_list(&r.key),
-            empty_i2(),
-            empty_oids(),
-            empty_oids(),
-            empty_oids(),
-            empty_i2(),
-            empty_oids(),
-            null_s(),
-        ]);
+    for r in rels {
+        for x in r.indexes().into_iter().filter(RelIndex::is_constraint) {
+            t.row(vec![
+                i4(x.constraint_oid()),
+                s(&x.name),
+                i4(r.namespace),
+                s(x.contype()),
+                b(false),
+                b(false),
+                b(true),
+                i4(r.oid),
+                i4(0),
+                i4(x.oid),
+                i4(0),
+                i4(0),
+                s(" "),
+                s(" "),
+                s(" "),
+                b(true),
+                i4(0),
+                b(true),
+                i2_list(&x.columns),
+                empty_i2(),
+                empty_oids(),
+                empty_oids(),
+                empty_oids(),
+                empty_i2(),
+                empty_oids(),
+                null_s(),
+            ]);
+        }
     }
     t.build()
 }

@@ -359,7 +359,7 @@ fn relation_functions(
         },
     ));
     out.push(column_default(engine.clone()));
-    // Primary keys are the only constraints; indexes are theirs and CREATE INDEX's.
+    // Constraints: primary keys and UNIQUE; indexes: theirs and CREATE INDEX's.
     for (name, index) in [("pg_get_indexdef", true), ("pg_get_constraintdef", false)] {
         let e = engine.clone();
         out.push(udf(
@@ -418,8 +418,8 @@ fn relation_functions(
     out
 }
 
-/// Definitions by OID: of every index (`CREATE [UNIQUE] INDEX ...`), or of the primary-key
-/// constraints (`PRIMARY KEY (...)`).
+/// Definitions by OID: of every index (`CREATE [UNIQUE] INDEX ...`), or of every
+/// constraint (`PRIMARY KEY (...)`, `UNIQUE (...)`).
 fn key_definitions(e: &dyn CatalogSource, index: bool) -> HashMap<i64, String> {
     let mut out = HashMap::new();
     for r in super::relations(e) {
@@ -427,14 +427,10 @@ fn key_definitions(e: &dyn CatalogSource, index: bool) -> HashMap<i64, String> {
             for x in r.indexes() {
                 out.insert(x.oid as i64, r.index_definition(&x));
             }
-        } else if !r.key.is_empty() {
-            let cols = r
-                .key
-                .iter()
-                .map(|&k| quote_ident(&r.columns[k as usize - 1].name))
-                .collect::<Vec<_>>()
-                .join(", ");
-            out.insert(r.constraint_oid() as i64, format!("PRIMARY KEY ({cols})"));
+        } else {
+            for x in r.indexes().into_iter().filter(RelIndex::is_constraint) {
+                out.insert(x.constraint_oid() as i64, r.constraint_definition(&x));
+            }
         }
     }
     out

@@ -70,7 +70,10 @@ impl Table {
     }
 
     pub fn constraint_name(&self) -> String {
-        format!("{}_pkey", self.def.name)
+        self.def
+            .key_name
+            .clone()
+            .unwrap_or_else(|| format!("{}_pkey", self.def.name))
     }
 
     /// The key of a full row (`None` for a table without a primary key,
@@ -279,30 +282,16 @@ impl TxnTables {
             key: None,
         });
         let snap = self.snap(&mut inner, store);
-        let own: Vec<(Vec<u8>, Option<RowBytes>)> = inner
-            .overlay
-            .range((id, Vec::new())..(id + 1, Vec::new()))
-            .map(|((_, k), v)| (k.clone(), v.clone()))
-            .collect();
+        let own = own_writes(&inner, id);
         drop(inner);
-        let mut rows: BTreeMap<Vec<u8>, RowBytes> = snap
+        let rows: BTreeMap<Vec<u8>, RowBytes> = snap
             .scan(id)?
             .into_iter()
             .map(|(k, v)| (k, v.row))
             .collect();
-        for (k, v) in own {
-            match v {
-                Some(r) => rows.insert(k, r),
-                None => rows.remove(&k),
-            };
-        }
-        rows.into_iter()
-            .map(|(k, r)| Ok((k, table.decode(&r)?)))
-            .collect()
+        with_own_writes(rows, own, table)
     }
-}
 
-impl TxnTables {
     /// The rows an index lookup finds, with the transaction's own writes to the table on
     /// top (all of them: the filters run again above the scan), recording a read of the
     /// whole table (a row another transaction adds to the range must conflict too).
@@ -319,11 +308,7 @@ impl TxnTables {
             key: None,
         });
         let snap = self.snap(&mut inner, store);
-        let own: Vec<(Vec<u8>, Option<RowBytes>)> = inner
-            .overlay
-            .range((id, Vec::new())..(id + 1, Vec::new()))
-            .map(|((_, k), v)| (k.clone(), v.clone()))
-            .collect();
+        let own = own_writes(&inner, id);
         drop(inner);
         let mut rows: BTreeMap<Vec<u8>, RowBytes> = BTreeMap::new();
         for (_, entry) in snap.range(lookup.index.id, &lookup.from, lookup.to.as_deref())? {
@@ -332,16 +317,34 @@ impl TxnTables {
                 rows.insert(key, row.row);
             }
         }
-        for (k, v) in own {
-            match v {
-                Some(r) => rows.insert(k, r),
-                None => rows.remove(&k),
-            };
-        }
-        rows.into_iter()
-            .map(|(k, r)| Ok((k, table.decode(&r)?)))
-            .collect()
+        with_own_writes(rows, own, table)
     }
+}
+
+/// The transaction's own writes to table `id`, in key order.
+fn own_writes(inner: &TxnInner, id: u64) -> Vec<(Vec<u8>, Option<RowBytes>)> {
+    inner
+        .overlay
+        .range((id, Vec::new())..(id + 1, Vec::new()))
+        .map(|((_, k), v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Rows read from a snapshot with the transaction's own writes on top, decoded.
+fn with_own_writes(
+    mut rows: BTreeMap<Vec<u8>, RowBytes>,
+    own: Vec<(Vec<u8>, Option<RowBytes>)>,
+    table: &Table,
+) -> Result<KeyedRows> {
+    for (k, v) in own {
+        match v {
+            Some(r) => rows.insert(k, r),
+            None => rows.remove(&k),
+        };
+    }
+    rows.into_iter()
+        .map(|(k, r)| Ok((k, table.decode(&r)?)))
+        .collect()
 }
 
 /// Reserved names are refused for user relations and columns.

@@ -126,33 +126,7 @@ impl Snapshot {
 
     /// Every row of a table in key order.
     pub fn scan(&self, table: u64) -> Result<Vec<(Vec<u8>, Versioned)>> {
-        let mut rows: std::collections::BTreeMap<Vec<u8>, Versioned> = Default::default();
-        let name = redb_name(table);
-        let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&name);
-        match self.base.open_table(def) {
-            Ok(t) => {
-                for item in t.iter().map_err(storage_err)? {
-                    let (k, v) = item.map_err(storage_err)?;
-                    rows.insert(k.value().to_vec(), decode_versioned(v.value())?);
-                }
-            }
-            Err(TableError::TableDoesNotExist(_)) => {}
-            Err(e) => return Err(storage_err(e)),
-        }
-        let range = self
-            .delta
-            .range((table, Vec::new())..(table + 1, Vec::new()));
-        for ((_, k), v) in range {
-            match v {
-                Some(v) => {
-                    rows.insert(k.clone(), v.clone());
-                }
-                None => {
-                    rows.remove(k);
-                }
-            }
-        }
-        Ok(rows.into_iter().collect())
+        self.range(table, &[], None)
     }
 
     /// The rows of a table whose keys are in `from..to` (`to: None`: to the end), in key
