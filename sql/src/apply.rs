@@ -754,6 +754,10 @@ impl Database {
             Err(e) => return Ok(Err(e)),
         };
         let dropped_before = self.dropped_tables.len();
+        let creates_index = cmd
+            .ops
+            .iter()
+            .any(|o| matches!(o.kind, Some(op::Kind::CreateIndex(_))));
         let mut table_writes = match self.plan_table_writes(index, &cmd, &creates_table) {
             Ok(w) => w,
             Err(e) => return Ok(Err(e)),
@@ -799,6 +803,9 @@ impl Database {
             if self.tables.delta_bytes() > MAX_TABLE_DELTA_BYTES {
                 self.write_checkpoint(index)?;
             }
+        } else if creates_index {
+            // an index with no entries: snapshots from now on may read it
+            self.tables.advance(index);
         }
         self.stats.applied_commands.fetch_add(1, Ordering::Relaxed);
         Ok(Ok(outcomes))

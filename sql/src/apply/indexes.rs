@@ -216,7 +216,7 @@ impl Database {
         let mut def = table.def.clone();
         def.indexes.retain(|x| x.name != d.name);
         self.catalog.insert_table(Arc::new(Table::new(def)));
-        self.tables.reset_table(index, gone.id);
+        self.tables.retire(index, gone.id);
         self.dropped_tables.push(gone.id);
         Ok(Ok(OpOutcome::Dropped { existed: true }))
     }
@@ -224,7 +224,7 @@ impl Database {
     /// The index storage a dropped table leaves: gone with it.
     pub(super) fn drop_table_indexes(&mut self, index: u64, table: &Table) {
         for x in &table.def.indexes {
-            self.tables.reset_table(index, x.id);
+            self.tables.retire(index, x.id);
             self.dropped_tables.push(x.id);
         }
     }

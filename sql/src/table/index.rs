@@ -15,7 +15,9 @@
 //! - A UNIQUE index holds at most one entry per non-NULL prefix (NULLs are distinct, as in
 //!   PostgreSQL); the state machine checks it on the rows the command leaves.
 //! - A lookup may return more rows than match (the filters run again above it), never
-//!   fewer: only bounds whose literal has exactly the column's type narrow a range.
+//!   fewer: only bounds whose literal has exactly the column's type narrow a range, and a
+//!   snapshot reads through an index only if it holds the index whole (not older than
+//!   the command that built it, not after its drop); else the table is scanned.
 
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use datafusion::scalar::ScalarValue;
@@ -28,6 +30,12 @@ use crate::pushdown::column_cmp;
 
 const PRESENT: u8 = 1;
 const NULL: u8 = 2;
+
+/// The Raft index of the command that created an index (its id is `index * 1024 + op + 1`):
+/// a snapshot older than it has none of its entries.
+pub fn created_at(index: &IndexDef) -> u64 {
+    index.id.saturating_sub(1) / 1024
+}
 
 /// The encoded leading values of an entry.
 pub fn prefix(values: &[&ScalarValue]) -> Result<Vec<u8>> {

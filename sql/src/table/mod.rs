@@ -295,19 +295,25 @@ impl TxnTables {
     /// The rows an index lookup finds, with the transaction's own writes to the table on
     /// top (all of them: the filters run again above the scan), recording a read of the
     /// whole table (a row another transaction adds to the range must conflict too).
+    /// `None` when the transaction's snapshot does not hold the index whole: it is older
+    /// than the command that built it (a transaction that began before CREATE INDEX), or
+    /// the index was dropped since the caller looked at the table's definition.
     pub fn index_scan(
         &self,
         store: &TableStore,
         table: &Table,
         lookup: &index::Lookup,
-    ) -> Result<KeyedRows> {
+    ) -> Result<Option<KeyedRows>> {
         let mut inner = self.inner.lock();
         let id = table.def.id;
+        let snap = self.snap(&mut inner, store);
+        if snap.index < index::created_at(&lookup.index) || snap.retired(lookup.index.id) {
+            return Ok(None);
+        }
         inner.reads.push(TableRead {
             table_id: id,
             key: None,
         });
-        let snap = self.snap(&mut inner, store);
         let own = own_writes(&inner, id);
         drop(inner);
         let mut rows: BTreeMap<Vec<u8>, RowBytes> = BTreeMap::new();
@@ -317,7 +323,7 @@ impl TxnTables {
                 rows.insert(key, row.row);
             }
         }
-        with_own_writes(rows, own, table)
+        with_own_writes(rows, own, table).map(Some)
     }
 }
 

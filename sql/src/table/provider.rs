@@ -169,17 +169,23 @@ impl TableProvider for TableScan {
                 Some(row) => vec![(key, row)],
                 None => vec![],
             },
-            None => match index::choose(&self.table, filters) {
-                Some(lookup) => {
-                    let rows = self
+            None => {
+                let found = match index::choose(&self.table, filters) {
+                    Some(lookup) => self
                         .txn
                         .index_scan(&self.store, &self.table, &lookup)
-                        .map_err(ext)?;
-                    used = Some(lookup);
-                    rows
+                        .map_err(ext)?
+                        .map(|rows| (rows, lookup)),
+                    None => None,
+                };
+                match found {
+                    Some((rows, lookup)) => {
+                        used = Some(lookup);
+                        rows
+                    }
+                    None => self.txn.scan(&self.store, &self.table).map_err(ext)?,
                 }
-                None => self.txn.scan(&self.store, &self.table).map_err(ext)?,
-            },
+            }
         };
         let keys: Vec<Vec<u8>> = rows.iter().map(|(k, _)| k.clone()).collect();
         let values: Vec<Vec<ScalarValue>> = rows.into_iter().map(|(_, v)| v).collect();

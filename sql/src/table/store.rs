@@ -67,6 +67,9 @@ pub struct Snapshot {
     pub index: u64,
     delta: OrdMap<DeltaKey, Option<Versioned>>,
     versions: OrdMap<u64, TableVersions>,
+    /// Ids dropped since the server started (an index's entries may linger in the file
+    /// until the next checkpoint: nothing reads them).
+    retired: OrdMap<u64, ()>,
     base: Arc<redb::ReadTransaction>,
 }
 
@@ -175,6 +178,11 @@ impl Snapshot {
     pub fn versions(&self, table: u64) -> TableVersions {
         self.versions.get(&table).copied().unwrap_or_default()
     }
+
+    /// Whether `id` (a table or an index) was dropped as of this snapshot.
+    pub fn retired(&self, id: u64) -> bool {
+        self.retired.contains_key(&id)
+    }
 }
 
 /// The table store of one data directory.
@@ -211,6 +219,7 @@ impl TableStore {
                 index: 0,
                 delta: OrdMap::new(),
                 versions: OrdMap::new(),
+                retired: OrdMap::new(),
                 base: Arc::new(base),
             }),
             delta_bytes: Default::default(),
@@ -251,6 +260,20 @@ impl TableStore {
         live.index = index;
         self.delta_bytes
             .fetch_add(added, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The command at `index` changed what tables mean without writing rows (an index with
+    /// no entries): snapshots from now on are at least at it.
+    pub fn advance(&self, index: u64) {
+        let mut live = self.live.write();
+        live.index = live.index.max(index);
+    }
+
+    /// An index (or table) was dropped at `index`: like [`TableStore::reset_table`], and
+    /// snapshots from now on say it is gone ([`Snapshot::retired`]).
+    pub fn retire(&self, index: u64, id: u64) {
+        self.reset_table(index, id);
+        self.live.write().retired.insert(id, ());
     }
 
     /// A table was created or dropped at `index`: readers of it must
