@@ -64,8 +64,8 @@ users = sa.table("users", sa.column("id", sa.Integer), sa.column("email", sa.Str
                  sa.column("name", sa.Text))
 """
 
-CREATE_USERS = """\
-def upgrade():
+# The users table and its plain index, the start of both upgrades below.
+CREATE_TABLE_AND_INDEX = """\
     op.create_table(
         "users",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
@@ -73,6 +73,11 @@ def upgrade():
         sa.Column("name", sa.Text),
     )
     op.create_index("ix_users_name", "users", ["name"])
+"""
+
+CREATE_USERS = """\
+def upgrade():
+""" + CREATE_TABLE_AND_INDEX + """\
     op.create_index("ux_users_email", "users", ["email"], unique=True)
     op.bulk_insert(users, [
         {"id": 1, "email": "ann@example.com", "name": "ann"},
@@ -100,13 +105,7 @@ def downgrade():
 # The unique index comes after the rows, two of which share an address: 23505.
 CREATE_USERS_DUPLICATES = """\
 def upgrade():
-    op.create_table(
-        "users",
-        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-        sa.Column("email", sa.String(100), nullable=False),
-        sa.Column("name", sa.Text),
-    )
-    op.create_index("ix_users_name", "users", ["name"])
+""" + CREATE_TABLE_AND_INDEX + """\
     op.bulk_insert(users, [
         {"id": 1, "email": "ann@example.com", "name": "ann"},
         {"id": 2, "email": "bob@example.com", "name": "bob"},
