@@ -38,51 +38,82 @@ pub struct ColumnEncoding {
 }
 
 pub fn column_encoding(field: &Field) -> ColumnEncoding {
+    let pg_type = field
+        .metadata()
+        .get(sluice_sql::types::PG_TYPE_KEY)
+        .map(String::as_str);
+    let vector = match pg_type {
+        Some("int2vector") => Some(oid::INT2VECTOR),
+        Some("oidvector") => Some(oid::OIDVECTOR),
+        _ => None,
+    };
     match ColumnType::of_field(field) {
-        Some(ty) => ColumnEncoding {
+        Some(ty) if vector.is_none() => ColumnEncoding {
             ty: Some(ty),
             array_of: None,
             oid: ty.oid(),
-            typmod: if field
-                .metadata()
-                .contains_key(sluice_sql::types::PG_TYPE_KEY)
-            {
-                ty.typmod()
-            } else {
-                -1
-            },
-            trim_numeric: matches!(ty, ColumnType::Numeric(_))
-                && field
-                    .metadata()
-                    .get(sluice_sql::types::PG_TYPE_KEY)
-                    .map(|t| t == "numeric")
-                    .unwrap_or(false),
+            typmod: if pg_type.is_some() { ty.typmod() } else { -1 },
+            trim_numeric: matches!(ty, ColumnType::Numeric(_)) && pg_type == Some("numeric"),
             vector: false,
         },
-        None => {
-            let array_of = match field.data_type() {
-                arrow::datatypes::DataType::List(item) => ColumnType::of_field(item),
-                _ => None,
-            };
-            let vector = match field
-                .metadata()
-                .get(sluice_sql::types::PG_TYPE_KEY)
-                .map(String::as_str)
-            {
-                Some("int2vector") => Some(oid::INT2VECTOR),
-                Some("oidvector") => Some(oid::OIDVECTOR),
-                _ => None,
-            };
-            ColumnEncoding {
-                ty: None,
-                oid: vector.unwrap_or(array_of.map(|t| t.array_oid()).unwrap_or(oid::TEXT)),
-                array_of,
-                typmod: -1,
-                trim_numeric: false,
-                vector: vector.is_some(),
-            }
-        }
+        ty => ColumnEncoding {
+            ty: None,
+            oid: vector.unwrap_or(oid::TEXT),
+            array_of: ty.and_then(|t| t.element()),
+            typmod: -1,
+            trim_numeric: false,
+            vector: vector.is_some(),
+        },
     }
+}
+
+/// A one-dimensional array in PostgreSQL's text format (`{1,NULL,"a b"}`): each element
+/// in its type's own text form, quoted where PostgreSQL's `array_out` quotes it.
+fn encode_array_text(
+    col: &dyn Array,
+    r: usize,
+    elem: &ColumnType,
+    ctx: &OutputContext,
+    out: &mut BytesMut,
+) -> Result<(), String> {
+    let list = col
+        .as_any()
+        .downcast_ref::<arrow::array::ListArray>()
+        .ok_or_else(|| format!("expected a list, got {}", col.data_type()))?;
+    let values = list.value(r);
+    let trim = matches!(elem, ColumnType::Numeric(None));
+    let mut item = BytesMut::new();
+    out.put_u8(b'{');
+    for i in 0..values.len() {
+        if i > 0 {
+            out.put_u8(b',');
+        }
+        if values.is_null(i) {
+            out.put_slice(b"NULL");
+            continue;
+        }
+        item.clear();
+        encode_text(values.as_ref(), i, elem, trim, ctx, &mut item)?;
+        let quote = item.is_empty()
+            || item.eq_ignore_ascii_case(b"null")
+            || item.iter().any(|&c| {
+                matches!(c, b',' | b'{' | b'}' | b'"' | b'\\') || c.is_ascii_whitespace()
+            });
+        if !quote {
+            out.put_slice(&item);
+            continue;
+        }
+        out.put_u8(b'"');
+        for &c in item.iter() {
+            if c == b'"' || c == b'\\' {
+                out.put_u8(b'\\');
+            }
+            out.put_u8(c);
+        }
+        out.put_u8(b'"');
+    }
+    out.put_u8(b'}');
+    Ok(())
 }
 
 /// A one-dimensional array in PostgreSQL's binary format.
@@ -102,6 +133,7 @@ fn encode_array_binary(
     out.put_u32(elem.oid());
     out.put_i32(values.len() as i32);
     out.put_i32(1);
+    let trim = matches!(elem, ColumnType::Numeric(None));
     for i in 0..values.len() {
         if values.is_null(i) {
             out.put_i32(-1);
@@ -109,7 +141,7 @@ fn encode_array_binary(
         }
         let at = out.len();
         out.put_i32(0);
-        encode_binary(values.as_ref(), i, elem, false, out)?;
+        encode_binary(values.as_ref(), i, elem, trim, out)?;
         let len = (out.len() - at - 4) as i32;
         out[at..at + 4].copy_from_slice(&len.to_be_bytes());
     }
@@ -460,6 +492,7 @@ pub fn encode_text(
                 .ok_or_else(|| mismatch(ty, col))?
                 .as_bytes(),
         ),
+        ColumnType::Array(e) => encode_array_text(col, r, &e.column(), ctx, out)?,
         ColumnType::Bytea => {
             let b = binary_value(col, r).ok_or_else(|| mismatch(ty, col))?;
             out.put_slice(b"\\x");
@@ -692,6 +725,7 @@ pub fn encode_binary(
             out.put_slice(u.as_bytes());
         }
         ColumnType::Bytea => out.put_slice(binary_value(col, r).ok_or_else(|| mismatch(ty, col))?),
+        ColumnType::Array(e) => encode_array_binary(col, r, &e.column(), out)?,
         ColumnType::Timestamptz | ColumnType::Timestamp => {
             out.put_i64(micros_value(col, r).ok_or_else(|| mismatch(ty, col))? - PG_EPOCH_MICROS)
         }

@@ -8,7 +8,7 @@
 use datafusion::scalar::ScalarValue;
 
 use crate::error::{sqlstate, Error, Result};
-use crate::types::ColumnType;
+use crate::types::{arrays, ColumnType};
 
 /// Microseconds between 1970-01-01 and 2000-01-01 (PostgreSQL's epoch).
 pub const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
@@ -103,7 +103,76 @@ pub fn decode(ty: ColumnType, b: &[u8]) -> Result<ScalarValue> {
                 .ok_or_else(|| out_of_range("date"))?;
             ScalarValue::Date32(Some(days))
         }
+        ColumnType::Array(e) => decode_array(e.column(), b)?,
     })
+}
+
+/// An array of `elem` from PostgreSQL's binary form: `ndim i32, has_nulls i32, elemtype u32`,
+/// per dimension `length i32, lower_bound i32`, then each element as `len i32` (`-1` null)
+/// and its bytes.
+pub fn decode_array(elem: ColumnType, b: &[u8]) -> Result<ScalarValue> {
+    let bad = |why: &str| {
+        Error::new(
+            sqlstate::PROTOCOL_VIOLATION,
+            format!(
+                "incorrect binary data format for type {}[]: {why}",
+                elem.sql_name()
+            ),
+        )
+    };
+    let mut r = Reader(b);
+    let int = |r: &mut Reader, what: &str| {
+        r.take(4)
+            .map(|x| i32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+            .ok_or_else(|| bad(&format!("ends inside its {what}")))
+    };
+    let ndim = int(&mut r, "dimensions")?;
+    let _has_nulls = int(&mut r, "null flag")?;
+    let _elem_oid = int(&mut r, "element type")?;
+    let len = match ndim {
+        0 => 0,
+        1 => {
+            let len = int(&mut r, "length")?;
+            let _lower = int(&mut r, "lower bound")?;
+            usize::try_from(len).map_err(|_| bad("negative length"))?
+        }
+        n if n > 1 => {
+            return Err(Error::unsupported(format!(
+                "arrays of {n} dimensions are not supported (one dimension only)"
+            )))
+        }
+        _ => return Err(bad("negative number of dimensions")),
+    };
+    // grows as elements arrive: an announced length is not trusted
+    let mut values = Vec::new();
+    for _ in 0..len {
+        let n = int(&mut r, "element length")?;
+        if n == -1 {
+            values.push(arrays::null_of(elem)?);
+            continue;
+        }
+        let n = usize::try_from(n).map_err(|_| bad("negative element length"))?;
+        let bytes = r.take(n).ok_or_else(|| bad("ends inside an element"))?;
+        values.push(decode(elem, bytes)?);
+    }
+    if !r.0.is_empty() {
+        return Err(bad("bytes after the last element"));
+    }
+    Ok(arrays::list_of(elem, &values))
+}
+
+/// The unread rest of a binary value.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Some(head)
+    }
 }
 
 /// Decode PostgreSQL binary numeric into its text form.
@@ -272,5 +341,57 @@ mod tests {
         // ... but data cut inside a row is an error
         assert!(copy_rows(&d[..d.len() - 3]).is_err());
         assert!(copy_rows(&d[..d.len() - 6]).is_err());
+    }
+
+    fn ints(v: &ScalarValue) -> Vec<Option<i32>> {
+        let ScalarValue::List(l) = v else {
+            panic!("{v:?}")
+        };
+        let values = l.value(0);
+        let a = values
+            .as_any()
+            .downcast_ref::<arrow::array::Int32Array>()
+            .unwrap();
+        a.iter().collect()
+    }
+
+    #[test]
+    fn binary_arrays_are_checked_against_their_length() {
+        let mut b = Vec::new();
+        for v in [1i32, 1, 23, 3, 1] {
+            b.extend(v.to_be_bytes());
+        }
+        b.extend(4i32.to_be_bytes());
+        b.extend(5i32.to_be_bytes());
+        b.extend((-1i32).to_be_bytes());
+        b.extend(4i32.to_be_bytes());
+        b.extend(7i32.to_be_bytes());
+        let v = decode_array(ColumnType::Int4, &b).unwrap();
+        assert_eq!(ints(&v), vec![Some(5), None, Some(7)]);
+        // every truncation is refused, as are trailing bytes and a huge announced length
+        for cut in 0..b.len() {
+            assert!(decode_array(ColumnType::Int4, &b[..cut]).is_err(), "{cut}");
+        }
+        let mut extra = b.clone();
+        extra.push(0);
+        assert!(decode_array(ColumnType::Int4, &extra).is_err());
+        let mut huge = b[..12].to_vec();
+        huge.extend(i32::MAX.to_be_bytes());
+        huge.extend(1i32.to_be_bytes());
+        assert!(decode_array(ColumnType::Int4, &huge).is_err());
+        let mut empty = Vec::new();
+        for v in [0i32, 0, 23] {
+            empty.extend(v.to_be_bytes());
+        }
+        assert_eq!(
+            ints(&decode_array(ColumnType::Int4, &empty).unwrap()),
+            vec![]
+        );
+        let mut two_dims = Vec::new();
+        for v in [2i32, 0, 23, 1, 1, 1, 1] {
+            two_dims.extend(v.to_be_bytes());
+        }
+        let e = decode_array(ColumnType::Int4, &two_dims).unwrap_err();
+        assert_eq!(e.code, sqlstate::FEATURE_NOT_SUPPORTED);
     }
 }

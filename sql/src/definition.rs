@@ -15,6 +15,7 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use serde::{Deserialize, Serialize};
 
+use crate::error::{sqlstate, Error, Result};
 use crate::types::ColumnType;
 
 /// Name of the system offset column.
@@ -32,6 +33,25 @@ pub struct ColumnDef {
     /// the column existed, and INSERTs that omit it, read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<String>,
+}
+
+impl ColumnDef {
+    /// Refuse a column no primary key, UNIQUE constraint or index can hold: `json` has
+    /// no equality (42704, as in PostgreSQL); arrays are not supported in keys (0A000).
+    pub fn check_key_column(&self) -> Result<()> {
+        match self.ty {
+            ColumnType::Json => Err(Error::new(
+                sqlstate::UNDEFINED_OBJECT,
+                "data type json has no default operator class for access method \"btree\"",
+            )),
+            ColumnType::Array(_) => Err(Error::unsupported(format!(
+                "column \"{}\" is of type {}: primary keys, UNIQUE constraints and indexes on array columns are not supported",
+                self.name,
+                self.ty.sql_name()
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// `WITH (...)` options of a stream.

@@ -103,14 +103,25 @@ fn number(n: &str, target: ColumnType) -> Result<ScalarValue> {
         | ColumnType::Timestamptz
         | ColumnType::Timestamp
         | ColumnType::Date
-        | ColumnType::Uuid => Err(Error::new(
+        | ColumnType::Uuid
+        | ColumnType::Array(_) => Err(Error::new(
             sqlstate::DATATYPE_MISMATCH,
             format!(
-                "column is of type {} but expression is of type numeric",
-                target.sql_name()
+                "column is of type {} but expression is of type {}",
+                target.sql_name(),
+                number_type(n)
             ),
         )),
         _ => target.parse_text(n),
+    }
+}
+
+/// The type PostgreSQL gives a numeric literal: integer, bigint, or numeric.
+fn number_type(n: &str) -> &'static str {
+    match n.trim_start_matches('-').parse::<i64>() {
+        Ok(v) if i32::try_from(v).is_ok() => "integer",
+        Ok(_) => "bigint",
+        Err(_) => "numeric",
     }
 }
 
@@ -317,7 +328,7 @@ pub fn infer_param_types(
                                 out.resize(i, None);
                             }
                             if out[i - 1].is_none() {
-                                out[i - 1] = Some(ParamType::Scalar(ty));
+                                out[i - 1] = Some(ParamType::of_type(ty));
                             }
                         }
                     }
@@ -421,7 +432,9 @@ pub fn from_planned(
     for (i, c) in stream.def.columns.iter().enumerate() {
         let col = batch.column(i + 2);
         let want = c.ty.arrow_type();
-        let col = if col.data_type() != &want {
+        // text for an array column is read by the array input, not Arrow's cast (which
+        // would make '{a,b}' a one-element list)
+        let col = if col.data_type() != &want && c.ty.element().is_none() {
             arrow::compute::cast(col, &want)?
         } else {
             col.clone()

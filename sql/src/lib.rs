@@ -17,7 +17,6 @@
 mod alter;
 pub mod apply;
 pub mod arithmetic;
-pub mod arrays;
 pub mod binary;
 pub mod block_catalog;
 pub mod catalog;

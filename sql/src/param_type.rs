@@ -1,7 +1,7 @@
 //! The type of a statement's parameter as the wire sees it: a column type, or a
 //! one-dimensional array of one — what Describe announces (by OID) and what Bind decodes
 //! (text through the types' input functions, binary through their `recv` formats; arrays
-//! through [`crate::arrays`]).
+//! through [`crate::types::arrays`] and [`crate::binary::decode_array`]).
 
 use arrow::datatypes::{DataType, Field};
 use datafusion::scalar::ScalarValue;
@@ -48,26 +48,28 @@ impl ParamType {
         }
     }
 
+    /// The parameter type of a column type (an array column's is an array).
+    pub fn of_type(t: ColumnType) -> ParamType {
+        match t.element() {
+            Some(elem) => ParamType::array(elem),
+            None => ParamType::Scalar(t),
+        }
+    }
+
     /// The type an OID names, if Sluice has it.
     pub fn of_oid(o: u32) -> Option<ParamType> {
-        if let Some(t) = ColumnType::of_oid(o) {
-            return Some(ParamType::Scalar(t));
-        }
         if o == OID_ARRAY {
             return Some(ParamType::oid_array());
         }
-        ColumnType::ALL
-            .iter()
-            .find(|t| t.array_oid() == o)
-            .map(|&t| ParamType::array(t))
+        ColumnType::of_oid(o).map(ParamType::of_type)
     }
 
     /// The parameter type of an Arrow field: a list is an array of its item's type.
     pub fn of_field(field: &Field) -> Option<ParamType> {
         match field.data_type() {
-            DataType::List(item) | DataType::LargeList(item) => {
-                ColumnType::of_field(item).map(ParamType::array)
-            }
+            DataType::List(_) | DataType::LargeList(_) => ColumnType::of_field(field)
+                .filter(|t| t.element().is_some())
+                .map(ParamType::of_type),
             _ => ColumnType::of_field(field).map(ParamType::Scalar),
         }
     }
@@ -76,7 +78,7 @@ impl ParamType {
     pub fn parse_text(self, s: &str) -> Result<ScalarValue> {
         match self {
             ParamType::Scalar(t) => t.parse_text(s),
-            ParamType::Array { elem, .. } => crate::arrays::parse_text(elem, s),
+            ParamType::Array { elem, .. } => crate::types::arrays::parse_text(elem, s),
         }
     }
 
@@ -84,7 +86,7 @@ impl ParamType {
     pub fn decode_binary(self, b: &[u8]) -> Result<ScalarValue> {
         match self {
             ParamType::Scalar(t) => crate::binary::decode(t, b),
-            ParamType::Array { elem, .. } => crate::arrays::decode_binary(elem, b),
+            ParamType::Array { elem, .. } => crate::binary::decode_array(elem, b),
         }
     }
 

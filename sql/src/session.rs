@@ -37,7 +37,6 @@ use datafusion::scalar::ScalarValue;
 use tokio::sync::{mpsc, watch};
 
 use crate::block_catalog::BlockCatalog;
-use crate::catalog::Stream;
 use crate::command::{Op, OpOutcome};
 use crate::compiled_values::ValuesCache;
 use crate::engine::Engine;
@@ -53,6 +52,7 @@ use crate::tail::Tail;
 mod append;
 mod block_ddl;
 mod copy_from;
+pub use copy_from::{CopyTarget, PendingCopy};
 mod cursor;
 mod ddl;
 mod describe;
@@ -110,24 +110,10 @@ impl std::fmt::Debug for Output {
         match self {
             Output::Rows { tag, .. } => write!(f, "Rows({tag})"),
             Output::Tag(t) => write!(f, "Tag({t})"),
-            Output::CopyIn(c) => write!(f, "CopyIn({})", c.stream.name()),
+            Output::CopyIn(c) => write!(f, "CopyIn({})", c.target.name()),
             Output::CopyOut { .. } => write!(f, "CopyOut"),
             Output::Deferred => write!(f, "Deferred"),
         }
-    }
-}
-
-/// A COPY FROM STDIN waiting for its data.
-#[derive(Debug, Clone)]
-pub struct PendingCopy {
-    pub stream: Arc<Stream>,
-    pub targets: Vec<usize>,
-    pub format: CopyFormat,
-}
-
-impl PendingCopy {
-    pub fn columns(&self) -> usize {
-        self.targets.len()
     }
 }
 

@@ -798,11 +798,17 @@ fn classify_create_stream(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
     }
     let options = stream_options(&ct.table_options)?;
     if let Some(k) = &options.dedup_key {
-        if !columns.iter().any(|c| &c.name == k) {
+        let Some(c) = columns.iter().find(|c| &c.name == k) else {
             return Err(Error::new(
                 sqlstate::UNDEFINED_COLUMN,
                 format!("dedup_key column \"{k}\" does not exist in stream \"{name}\""),
             ));
+        };
+        if c.ty.element().is_some() {
+            return Err(Error::unsupported(format!(
+                "dedup_key column \"{k}\" is of type {}: a dedup key cannot be an array",
+                c.ty.sql_name()
+            )));
         }
     }
     if options.dedup_window_ms.is_some() && options.dedup_key.is_none() {
@@ -1182,6 +1188,7 @@ fn classify_create_table(ct: &sqlparser::ast::CreateTable) -> Result<Parsed> {
                 format!("column \"{k}\" appears twice in primary key constraint"),
             ));
         }
+        columns[i].check_key_column()?;
         columns[i].not_null = true;
         key.push(i);
     }

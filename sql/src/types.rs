@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{sqlstate, Error, Result};
 
+pub mod arrays;
+
 /// Field-metadata key naming the PostgreSQL type of an Arrow field.
 pub const PG_TYPE_KEY: &str = "pg_type";
 
@@ -50,7 +52,7 @@ pub mod oid {
     pub const JSONB: u32 = 3802;
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ColumnType {
     Bool,
@@ -70,12 +72,105 @@ pub enum ColumnType {
     Json,
     Jsonb,
     Uuid,
+    /// A one-dimensional array (`text[]`, `numeric(12,2)[]`), stored as an Arrow list whose
+    /// items are the element type's Arrow type.
+    Array(ElementType),
+}
+
+/// The element type of an array column: every [`ColumnType`] but an array (PostgreSQL
+/// has no arrays of arrays; more dimensions are one array type). Kept apart so
+/// `ColumnType` stays `Copy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElementType {
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Float4,
+    Float8,
+    Numeric(Option<(u8, i8)>),
+    Text,
+    Varchar(Option<u32>),
+    Bytea,
+    Timestamptz,
+    Timestamp,
+    Date,
+    Json,
+    Jsonb,
+    Uuid,
+}
+
+impl ElementType {
+    /// The column type of one element.
+    pub fn column(self) -> ColumnType {
+        match self {
+            ElementType::Bool => ColumnType::Bool,
+            ElementType::Int2 => ColumnType::Int2,
+            ElementType::Int4 => ColumnType::Int4,
+            ElementType::Int8 => ColumnType::Int8,
+            ElementType::Float4 => ColumnType::Float4,
+            ElementType::Float8 => ColumnType::Float8,
+            ElementType::Numeric(m) => ColumnType::Numeric(m),
+            ElementType::Text => ColumnType::Text,
+            ElementType::Varchar(m) => ColumnType::Varchar(m),
+            ElementType::Bytea => ColumnType::Bytea,
+            ElementType::Timestamptz => ColumnType::Timestamptz,
+            ElementType::Timestamp => ColumnType::Timestamp,
+            ElementType::Date => ColumnType::Date,
+            ElementType::Json => ColumnType::Json,
+            ElementType::Jsonb => ColumnType::Jsonb,
+            ElementType::Uuid => ColumnType::Uuid,
+        }
+    }
+
+    /// The element type of `ty`; `None` for an array.
+    pub fn of(ty: ColumnType) -> Option<ElementType> {
+        Some(match ty {
+            ColumnType::Bool => ElementType::Bool,
+            ColumnType::Int2 => ElementType::Int2,
+            ColumnType::Int4 => ElementType::Int4,
+            ColumnType::Int8 => ElementType::Int8,
+            ColumnType::Float4 => ElementType::Float4,
+            ColumnType::Float8 => ElementType::Float8,
+            ColumnType::Numeric(m) => ElementType::Numeric(m),
+            ColumnType::Text => ElementType::Text,
+            ColumnType::Varchar(m) => ElementType::Varchar(m),
+            ColumnType::Bytea => ElementType::Bytea,
+            ColumnType::Timestamptz => ElementType::Timestamptz,
+            ColumnType::Timestamp => ElementType::Timestamp,
+            ColumnType::Date => ElementType::Date,
+            ColumnType::Json => ElementType::Json,
+            ColumnType::Jsonb => ElementType::Jsonb,
+            ColumnType::Uuid => ElementType::Uuid,
+            ColumnType::Array(_) => return None,
+        })
+    }
 }
 
 impl ColumnType {
+    /// An array of `elem`; an array of an array is the same array type, as in PostgreSQL.
+    pub fn array_of(elem: ColumnType) -> ColumnType {
+        match ElementType::of(elem) {
+            Some(e) => ColumnType::Array(e),
+            None => elem,
+        }
+    }
+
+    /// The element type of an array type.
+    pub fn element(&self) -> Option<ColumnType> {
+        match self {
+            ColumnType::Array(e) => Some(e.column()),
+            _ => None,
+        }
+    }
+
     /// Parse a type name as written in SQL (`integer`, `varchar(20)`,
-    /// `timestamp with time zone`, `numeric(12,2)`, ...).
+    /// `timestamp with time zone`, `numeric(12,2)`, `text[]`, `_int4`, ...).
     pub fn parse(name: &str) -> Result<ColumnType> {
+        if let Some(elem) = array_element_name(name) {
+            return ColumnType::parse(elem).map(ColumnType::array_of);
+        }
         let norm = name
             .trim()
             .to_ascii_lowercase()
@@ -177,6 +272,7 @@ impl ColumnType {
             ColumnType::Json => "json".into(),
             ColumnType::Jsonb => "jsonb".into(),
             ColumnType::Uuid => "uuid".into(),
+            ColumnType::Array(e) => format!("{}[]", e.column().sql_name()),
         }
     }
 
@@ -200,6 +296,24 @@ impl ColumnType {
             ColumnType::Json => "json",
             ColumnType::Jsonb => "jsonb",
             ColumnType::Uuid => "uuid",
+            ColumnType::Array(e) => match e {
+                ElementType::Bool => "_bool",
+                ElementType::Int2 => "_int2",
+                ElementType::Int4 => "_int4",
+                ElementType::Int8 => "_int8",
+                ElementType::Float4 => "_float4",
+                ElementType::Float8 => "_float8",
+                ElementType::Numeric(_) => "_numeric",
+                ElementType::Text => "_text",
+                ElementType::Varchar(_) => "_varchar",
+                ElementType::Bytea => "_bytea",
+                ElementType::Timestamptz => "_timestamptz",
+                ElementType::Timestamp => "_timestamp",
+                ElementType::Date => "_date",
+                ElementType::Json => "_json",
+                ElementType::Jsonb => "_jsonb",
+                ElementType::Uuid => "_uuid",
+            },
         }
     }
 
@@ -221,6 +335,7 @@ impl ColumnType {
             ColumnType::Json => "json",
             ColumnType::Jsonb => "jsonb",
             ColumnType::Uuid => "uuid",
+            ColumnType::Array(e) => e.column().input_name(),
         }
     }
 
@@ -263,11 +378,17 @@ impl ColumnType {
             oid::JSON => ColumnType::Json,
             oid::JSONB => ColumnType::Jsonb,
             oid::UUID => ColumnType::Uuid,
-            _ => return None,
+            _ => {
+                return ColumnType::ALL
+                    .iter()
+                    .find(|t| t.array_oid() == o)
+                    .map(|&t| ColumnType::array_of(t))
+            }
         })
     }
 
-    /// The OID of the array type of this type (`text[]` is 1009, ...).
+    /// The OID of the array type of this type (`text[]` is 1009, ...); 0 for an array
+    /// type, which has none.
     pub fn array_oid(&self) -> u32 {
         match self {
             ColumnType::Bool => 1000,
@@ -286,6 +407,7 @@ impl ColumnType {
             ColumnType::Json => 199,
             ColumnType::Jsonb => 3807,
             ColumnType::Uuid => 2951,
+            ColumnType::Array(_) => 0,
         }
     }
 
@@ -307,12 +429,28 @@ impl ColumnType {
             ColumnType::Json => oid::JSON,
             ColumnType::Jsonb => oid::JSONB,
             ColumnType::Uuid => oid::UUID,
+            ColumnType::Array(e) => e.column().array_oid(),
         }
     }
 
-    /// `pg_attribute.atttypmod` for this type.
+    /// This type with the modifier `typmod` (as [`typmod`](Self::typmod) gives it): a
+    /// numeric's precision and scale, a varchar's length; an array's element's.
+    pub fn with_typmod(self, typmod: i32) -> ColumnType {
+        let m = typmod - 4;
+        match self {
+            ColumnType::Numeric(_) if m >= 0 => {
+                ColumnType::Numeric(Some((((m >> 16) & 0xffff) as u8, (m & 0xffff) as i8)))
+            }
+            ColumnType::Varchar(_) if m >= 0 => ColumnType::Varchar(Some(m as u32)),
+            ColumnType::Array(e) => ColumnType::array_of(e.column().with_typmod(typmod)),
+            other => other,
+        }
+    }
+
+    /// `pg_attribute.atttypmod` for this type (an array's is its element's).
     pub fn typmod(&self) -> i32 {
         match self {
+            ColumnType::Array(e) => e.column().typmod(),
             ColumnType::Numeric(Some((p, s))) => ((*p as i32) << 16 | (*s as i32 & 0xffff)) + 4,
             ColumnType::Varchar(Some(n)) => *n as i32 + 4,
             _ => -1,
@@ -342,6 +480,9 @@ impl ColumnType {
             }
             ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
             ColumnType::Date => DataType::Date32,
+            // items carry no metadata: the list type then equals what DataFusion's array
+            // functions build, and the column's own `pg_type` names the element type
+            ColumnType::Array(e) => DataType::new_list(e.column().arrow_type(), true),
         }
     }
 
@@ -357,7 +498,11 @@ impl ColumnType {
     pub fn of_field(field: &Field) -> Option<ColumnType> {
         if let Some(name) = field.metadata().get(PG_TYPE_KEY) {
             if let Ok(t) = ColumnType::parse(name) {
-                if t.arrow_type() == *field.data_type() || matches!(t, ColumnType::Numeric(_)) {
+                let list = matches!(field.data_type(), DataType::List(_));
+                if t.arrow_type() == *field.data_type()
+                    || matches!(t, ColumnType::Numeric(_))
+                    || matches!(t, ColumnType::Array(_)) && list
+                {
                     return Some(t);
                 }
             }
@@ -388,6 +533,9 @@ impl ColumnType {
             DataType::Timestamp(_, None) => ColumnType::Timestamp,
             DataType::Date32 | DataType::Date64 => ColumnType::Date,
             DataType::Dictionary(_, v) => return Self::of_arrow(v),
+            DataType::List(item) | DataType::LargeList(item) => {
+                ColumnType::Array(ElementType::of(Self::of_arrow(item.data_type())?)?)
+            }
             _ => return None,
         })
     }
@@ -479,6 +627,7 @@ impl ColumnType {
                 let u = uuid::Uuid::parse_str(s.trim()).map_err(|_| bad())?;
                 ScalarValue::Utf8(Some(u.hyphenated().to_string()))
             }
+            ColumnType::Array(e) => arrays::parse_text(e.column(), s)?,
         })
     }
 
@@ -493,6 +642,9 @@ impl ColumnType {
             | ScalarValue::LargeUtf8(Some(s))
             | ScalarValue::Utf8View(Some(s)) => return self.parse_text(s),
             _ => {}
+        }
+        if let ColumnType::Array(e) = self {
+            return arrays::coerce(e.column(), &v);
         }
         let target = self.arrow_type();
         if v.data_type() == target {
@@ -586,6 +738,20 @@ impl ColumnType {
         }
     }
 
+    /// Whether every value of this type's Arrow type is a valid value: no length,
+    /// precision or syntax rule on top of it.
+    pub fn arrow_type_suffices(&self) -> bool {
+        !matches!(
+            self,
+            ColumnType::Varchar(Some(_))
+                | ColumnType::Numeric(Some(_))
+                | ColumnType::Json
+                | ColumnType::Jsonb
+                | ColumnType::Uuid
+                | ColumnType::Array(_)
+        )
+    }
+
     /// Check a whole column of already-typed values (from DataFusion) against
     /// this type's constraints: varchar length, numeric precision, uuid and
     /// json syntax. Returns a possibly normalized array.
@@ -616,9 +782,33 @@ impl ColumnType {
                 }
                 Ok(array.clone())
             }
+            ColumnType::Array(e) => arrays::coerce_column(e.column(), array),
             _ => Ok(array.clone()),
         }
     }
+}
+
+/// The element type's name of an array type's name: `text[]`, `int[3]`, `int[][]`,
+/// `integer array`, `_int4`.
+fn array_element_name(name: &str) -> Option<&str> {
+    let t = name.trim();
+    if let Some(open) = t.find('[') {
+        let dims = &t[open..];
+        let mut rest = dims;
+        while let Some(r) = rest.strip_prefix('[') {
+            let close = r.find(']')?;
+            if !r[..close].trim().chars().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            rest = r[close + 1..].trim_start();
+        }
+        return rest.is_empty().then(|| t[..open].trim_end());
+    }
+    if t.len() > 6 && t[t.len() - 6..].eq_ignore_ascii_case(" array") {
+        return Some(t[..t.len() - 6].trim_end());
+    }
+    let bare = t.trim_start_matches("pg_catalog.");
+    bare.strip_prefix('_').filter(|e| !e.is_empty())
 }
 
 fn out_of_range(s: &str, ty: &str) -> Error {
@@ -920,6 +1110,37 @@ mod tests {
     #[test]
     fn parses_type_names() {
         assert_eq!(ColumnType::parse("INTEGER").unwrap(), ColumnType::Int4);
+        for (name, elem) in [
+            ("text[]", ElementType::Text),
+            ("INT[]", ElementType::Int4),
+            ("int[3]", ElementType::Int4),
+            ("integer[][]", ElementType::Int4),
+            ("bigint array", ElementType::Int8),
+            ("_int8", ElementType::Int8),
+            ("numeric(6, 2)[]", ElementType::Numeric(Some((6, 2)))),
+        ] {
+            let t = ColumnType::parse(name).unwrap();
+            assert_eq!(t, ColumnType::Array(elem), "{name}");
+            assert_eq!(ColumnType::parse(&t.sql_name()).unwrap(), t, "{name}");
+            assert_eq!(
+                ColumnType::of_oid(t.oid()).map(|o| o.oid()),
+                Some(t.oid()),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            ColumnType::parse("numeric(6,2)[]")
+                .unwrap()
+                .with_typmod(-1)
+                .sql_name(),
+            "numeric(6,2)[]"
+        );
+        assert_eq!(
+            ColumnType::Array(ElementType::Numeric(None))
+                .with_typmod(ColumnType::Numeric(Some((6, 2))).typmod()),
+            ColumnType::Array(ElementType::Numeric(Some((6, 2))))
+        );
+        assert!(ColumnType::parse("int[x]").is_err());
         assert_eq!(
             ColumnType::parse("numeric(12, 2)").unwrap(),
             ColumnType::Numeric(Some((12, 2)))

@@ -1373,3 +1373,200 @@ func TestDriverArrayParameters(t *testing.T) {
 		t.Fatalf("ids = %v, want [2 3]", ids)
 	}
 }
+
+// ---------------------------------------------------------------------------
+// Array columns: Go slices into text[], int8[] and int4[] columns of a table
+// and a stream, through Exec (binary parameters, and text literals in the
+// simple protocol) and CopyFrom (binary COPY), scanned back into slices.
+
+// arrayRow is one row of the array columns; a nil slice is SQL NULL.
+type arrayRow struct {
+	names []string
+	n     []int64
+	m     []*int32
+	tags  []*string
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func arrayRows() []arrayRow {
+	return []arrayRow{
+		{
+			names: []string{"a", "b c", `"q"`, "", "NULL", `back\slash`, "{x,y}", "comma,here", " pad ", "ünï"},
+			n:     []int64{1, math.MinInt64, math.MaxInt64},
+			m:     []*int32{ptr(int32(1)), nil, ptr(int32(math.MinInt32))},
+			tags:  []*string{ptr("x"), nil, ptr("NULL"), ptr("")},
+		},
+		{names: []string{}, n: []int64{}, m: []*int32{}, tags: []*string{}},
+		{},
+		{names: []string{"only"}, n: []int64{0}, m: []*int32{nil}, tags: []*string{nil}},
+	}
+}
+
+func (r arrayRow) args() []any { return []any{r.names, r.n, r.m, r.tags} }
+
+// show renders a row with NULL (nil slice or element) and {} (empty) told apart.
+func (r arrayRow) show() string {
+	slice := func(isNil bool, elems []string) string {
+		if isNil {
+			return "NULL"
+		}
+		return "{" + strings.Join(elems, ",") + "}"
+	}
+	var names, n, m, tags []string
+	for _, s := range r.names {
+		names = append(names, strconv.Quote(s))
+	}
+	for _, v := range r.n {
+		n = append(n, strconv.FormatInt(v, 10))
+	}
+	for _, v := range r.m {
+		m = append(m, orNull(v))
+	}
+	for _, v := range r.tags {
+		if v == nil {
+			tags = append(tags, "NULL")
+		} else {
+			tags = append(tags, strconv.Quote(*v))
+		}
+	}
+	return fmt.Sprintf("names=%s n=%s m=%s tags=%s", slice(r.names == nil, names), slice(r.n == nil, n),
+		slice(r.m == nil, m), slice(r.tags == nil, tags))
+}
+
+// readArrays reads id (or offset) and the array columns in key order.
+func readArrays(t *testing.T, ctx context.Context, conn *pgx.Conn, sql string, mode pgx.QueryExecMode) ([]int64, []arrayRow) {
+	t.Helper()
+	rows, err := conn.Query(ctx, sql, mode)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	defer rows.Close()
+	var keys []int64
+	var got []arrayRow
+	for rows.Next() {
+		var key int64
+		var r arrayRow
+		if err := rows.Scan(&key, &r.names, &r.n, &r.m, &r.tags); err != nil {
+			t.Fatalf("%s: scan: %v", sql, err)
+		}
+		keys = append(keys, key)
+		got = append(got, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return keys, got
+}
+
+func compareArrays(t *testing.T, what string, keys []int64, got []arrayRow, wantKeys []int64, want []arrayRow) {
+	t.Helper()
+	if !reflect.DeepEqual(keys, wantKeys) {
+		t.Errorf("%s: keys %v, want %v", what, keys, wantKeys)
+	}
+	for i := 0; i < len(got) || i < len(want); i++ {
+		var g, w string
+		if i < len(got) {
+			g = got[i].show()
+		}
+		if i < len(want) {
+			w = want[i].show()
+		}
+		if g != w {
+			t.Errorf("%s: row %d\n got %s\nwant %s", what, i, g, w)
+		}
+	}
+}
+
+const arrayColumns = "names text[], n int8[], m int4[], tags text[]"
+
+func TestDriverArrayColumnsExec(t *testing.T) {
+	ctx := driverContext(t)
+	conn := connect(t, ctx, driverServer(t))
+	want := arrayRows()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			table := uniqueStream("arr_t")
+			stream := uniqueStream("arr_s")
+			mustExec(t, ctx, conn, fmt.Sprintf("CREATE TABLE %s (id int8 PRIMARY KEY, %s)", table, arrayColumns))
+			mustExec(t, ctx, conn, fmt.Sprintf("CREATE STREAM %s (%s)", stream, arrayColumns))
+			var ids, offsets []int64
+			for i, r := range want {
+				id := int64(i + 1)
+				tag, err := conn.Exec(ctx, fmt.Sprintf("INSERT INTO %s (id, names, n, m, tags) VALUES ($1, $2, $3, $4, $5)", table),
+					append([]any{mode, id}, r.args()...)...)
+				if err != nil || tag.String() != "INSERT 0 1" {
+					t.Fatalf("insert row %d into the table: %q, %v", i, tag.String(), err)
+				}
+				if _, err := conn.Exec(ctx, fmt.Sprintf("INSERT INTO %s (names, n, m, tags) VALUES ($1, $2, $3, $4)", stream),
+					append([]any{mode}, r.args()...)...); err != nil {
+					t.Fatalf("insert row %d into the stream: %v", i, err)
+				}
+				ids = append(ids, id)
+				offsets = append(offsets, int64(i))
+			}
+			for _, read := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
+				keys, got := readArrays(t, ctx, conn, fmt.Sprintf("SELECT id, names, n, m, tags FROM %s ORDER BY id", table), read)
+				compareArrays(t, "table, read with "+read.String(), keys, got, ids, want)
+				keys, got = readArrays(t, ctx, conn, fmt.Sprintf("SELECT offset, names, n, m, tags FROM %s ORDER BY offset", stream), read)
+				compareArrays(t, "stream, read with "+read.String(), keys, got, offsets, want)
+			}
+
+			// UPDATE with slices, and a slice as the key's filter.
+			tag, err := conn.Exec(ctx, fmt.Sprintf("UPDATE %s SET names = $1, m = $2 WHERE id = $3", table),
+				mode, []string{"new", "x y"}, []*int32{nil, ptr(int32(5))}, int64(3))
+			if err != nil || tag.String() != "UPDATE 1" {
+				t.Fatalf("UPDATE with slices: %q, %v", tag.String(), err)
+			}
+			updated := arrayRows()
+			updated[2].names = []string{"new", "x y"}
+			updated[2].m = []*int32{nil, ptr(int32(5))}
+			keys, got := readArrays(t, ctx, conn, fmt.Sprintf("SELECT id, names, n, m, tags FROM %s ORDER BY id", table), pgx.QueryExecModeCacheStatement)
+			compareArrays(t, "table after UPDATE", keys, got, ids, updated)
+		})
+	}
+}
+
+func TestDriverArrayColumnsCopyFrom(t *testing.T) {
+	ctx := driverContext(t)
+	conn := connect(t, ctx, driverServer(t))
+	stream := uniqueStream("arr_copied")
+	mustExec(t, ctx, conn, fmt.Sprintf("CREATE STREAM %s (note text, %s)", stream, arrayColumns))
+	want := arrayRows()
+	var rows [][]any
+	for _, r := range want {
+		rows = append(rows, r.args())
+	}
+	// pgx.CopyFrom describes `SELECT names, n, m, tags FROM stream` for the
+	// array types, then sends binary arrays in COPY ... FROM STDIN BINARY.
+	n, err := conn.CopyFrom(ctx, pgx.Identifier{stream}, []string{"names", "n", "m", "tags"}, pgx.CopyFromRows(rows))
+	if err != nil {
+		t.Fatalf("CopyFrom: %v", err)
+	}
+	if n != int64(len(rows)) {
+		t.Errorf("CopyFrom copied %d rows, want %d", n, len(rows))
+	}
+	// The columns in another order, with a scalar among them.
+	n, err = conn.CopyFrom(ctx, pgx.Identifier{stream}, []string{"m", "note", "names"},
+		pgx.CopyFromRows([][]any{{[]*int32{nil, ptr(int32(9))}, "second copy", []string{"p q"}}}))
+	if err != nil || n != 1 {
+		t.Fatalf("second CopyFrom: %d rows, %v", n, err)
+	}
+	want = append(want, arrayRow{names: []string{"p q"}, m: []*int32{nil, ptr(int32(9))}})
+	offsets := []int64{0, 1, 2, 3, 4}
+	for _, read := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
+		keys, got := readArrays(t, ctx, conn, fmt.Sprintf("SELECT offset, names, n, m, tags FROM %s ORDER BY offset", stream), read)
+		compareArrays(t, "after CopyFrom, read with "+read.String(), keys, got, offsets, want)
+	}
+	noteRows, err := conn.Query(ctx, fmt.Sprintf("SELECT note FROM %s ORDER BY offset", stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes, err := pgx.CollectRows(noteRows, pgx.RowTo[*string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(notes) != 5 || notes[0] != nil || notes[4] == nil || *notes[4] != "second copy" {
+		t.Errorf("notes = %v, want 4 NULLs then \"second copy\"", notes)
+	}
+}

@@ -5,13 +5,14 @@ whose release resets the connection with
 
 import asyncio
 import json
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
+from uuid import UUID
 
 import asyncpg
 import pytest
-from typed_rows import (COLUMNS, EDGES_BACK, FULL_BACK, NULLS, TYPED_DDL, UTC, edges,
-                        full)
+from typed_rows import (ARRAY_COLUMN_TYPES, ARRAY_COLUMNS, ARRAY_DECIMALS_BACK, ARRAY_ROWS,
+                        COLUMNS, EDGES_BACK, FULL_BACK, NULLS, TYPED_DDL, UTC, edges, full)
 
 TIMEOUT = 30  # seconds, for every connect and every whole test body
 
@@ -183,6 +184,154 @@ def test_array_parameters(sluice):
     assert empty == []
     assert ids == [2, 3]
     assert oids == [1007]
+
+
+def array_values(record):
+    """The array columns of a fetched record, lists as lists."""
+    return tuple(record[c] for c in ARRAY_COLUMNS)
+
+
+def decimal_texts(rows):
+    return [None if r["d"] is None else [None if x is None else str(x) for x in r["d"]]
+            for r in rows]
+
+
+def test_array_columns_executemany_and_update(sluice):
+    """executemany into a table and a stream with array columns (binary arrays
+    in Bind), read back equal; UPDATE ... SET tags = $1 with a list."""
+    insert_cols = ", ".join(ARRAY_COLUMNS)
+    marks = ", ".join(f"${i}" for i in range(2, 8))
+
+    async def body():
+        conn = await asyncpg.connect(**connect_kwargs(sluice))
+        try:
+            await conn.execute(f"CREATE TABLE arr_t (id int PRIMARY KEY, {ARRAY_COLUMN_TYPES})")
+            await conn.execute(f"CREATE STREAM arr_s ({ARRAY_COLUMN_TYPES})")
+            await conn.executemany(f"INSERT INTO arr_t (id, {insert_cols}) VALUES ($1, {marks})",
+                                   [(i, *row) for i, row in enumerate(ARRAY_ROWS, 1)])
+            await conn.executemany(
+                f"INSERT INTO arr_s ({insert_cols}) VALUES "
+                f"({', '.join(f'${i}' for i in range(1, 7))})", ARRAY_ROWS)
+            table = await conn.fetch(f"SELECT id, {insert_cols} FROM arr_t ORDER BY id")
+            stream = await conn.fetch(f"SELECT offset, {insert_cols} FROM arr_s ORDER BY offset")
+
+            updated = [
+                await conn.execute("UPDATE arr_t SET tags = $1 WHERE id = $2",
+                                   ["new", None, "x y", ""], 1),
+                await conn.execute("UPDATE arr_t SET n = $1, tags = $2 WHERE id = $3",
+                                   [7, None], [], 3),
+                await conn.execute("UPDATE arr_t SET tags = $1 WHERE id = $2", None, 2),
+            ]
+            after = await conn.fetch("SELECT id, tags, n FROM arr_t ORDER BY id")
+            found = await conn.fetchval("SELECT id FROM arr_t WHERE tags = $1",
+                                        ["new", None, "x y", ""])
+            return table, stream, updated, after, found
+        finally:
+            await conn.close()
+
+    table, stream, updated, after, found = run(body())
+    assert [r["id"] for r in table] == [1, 2, 3, 4]
+    assert [array_values(r) for r in table] == ARRAY_ROWS
+    assert decimal_texts(table) == ARRAY_DECIMALS_BACK
+    assert [r["offset"] for r in stream] == [0, 1, 2, 3]
+    assert [array_values(r) for r in stream] == ARRAY_ROWS
+    assert decimal_texts(stream) == ARRAY_DECIMALS_BACK
+    assert updated == ["UPDATE 1", "UPDATE 1", "UPDATE 1"]
+    assert [tuple(r) for r in after] == [
+        (1, ["new", None, "x y", ""], [1, None, -2**63, 2**63 - 1]),
+        (2, None, []),
+        (3, [], [7, None]),
+        (4, [None], [None]),
+    ]
+    assert found == 1
+
+
+def test_array_columns_copy_records_to_table(sluice):
+    """copy_records_to_table (binary COPY, every column) into a table."""
+    async def body():
+        conn = await asyncpg.connect(**connect_kwargs(sluice))
+        try:
+            await conn.execute(f"CREATE TABLE arr_ct (id int PRIMARY KEY, {ARRAY_COLUMN_TYPES})")
+            status = await conn.copy_records_to_table(
+                "arr_ct", records=[(i, *row) for i, row in enumerate(ARRAY_ROWS, 1)])
+            table = await conn.fetch(
+                f"SELECT id, {', '.join(ARRAY_COLUMNS)} FROM arr_ct ORDER BY id")
+            return status, table
+        finally:
+            await conn.close()
+
+    status, table = run(body())
+    assert status == "COPY 4"
+    assert [r["id"] for r in table] == [1, 2, 3, 4]
+    assert [array_values(r) for r in table] == ARRAY_ROWS
+    assert decimal_texts(table) == ARRAY_DECIMALS_BACK
+
+
+def test_array_columns_copy_records_to_stream(sluice):
+    """copy_records_to_table (binary COPY) into a stream: columns=[...] names
+    its user columns (offset and ts are the stream's own), in any order."""
+    async def body():
+        conn = await asyncpg.connect(**connect_kwargs(sluice))
+        try:
+            await conn.execute(f"CREATE STREAM arr_cs (note text, {ARRAY_COLUMN_TYPES})")
+            statuses = [
+                await conn.copy_records_to_table(
+                    "arr_cs", records=ARRAY_ROWS, columns=ARRAY_COLUMNS),
+                await conn.copy_records_to_table(
+                    "arr_cs", records=[(["only", None], "tags row")], columns=["tags", "note"]),
+            ]
+            stream = await conn.fetch(
+                f"SELECT offset, note, {', '.join(ARRAY_COLUMNS)} FROM arr_cs ORDER BY offset")
+            return statuses, stream
+        finally:
+            await conn.close()
+
+    statuses, stream = run(body())
+    assert statuses == ["COPY 4", "COPY 1"]
+    assert [r["offset"] for r in stream] == [0, 1, 2, 3, 4]
+    assert [array_values(r) for r in stream] == ARRAY_ROWS + [
+        (["only", None], None, None, None, None, None)]
+    assert [r["note"] for r in stream] == [None, None, None, None, "tags row"]
+    assert decimal_texts(stream) == ARRAY_DECIMALS_BACK + [None]
+
+
+# The other element types, one array column each.
+OTHER_ARRAY_TYPES = ("i2 int2[], i4 int4[], f4 float4[], vc varchar(5)[], bin bytea[], "
+                     "tsp timestamp[], day date[], doc json[], docb jsonb[], id uuid[]")
+OTHER_ARRAY_COLUMNS = ["i2", "i4", "f4", "vc", "bin", "tsp", "day", "doc", "docb", "id"]
+OTHER_ARRAYS = (
+    [-32768, None, 32767], [-2147483648, 0, None], [1.5, None, -0.25], ["abcde", "", None, "a,b"],
+    [b"\xde\xad\xbe\xef", b"", None, b"\\"],
+    [datetime(2024, 1, 2, 3, 4, 5, 6), None, datetime(1999, 12, 31, 23, 59, 59, 500000)],
+    [date(2024, 2, 29), None, date(1970, 1, 1)],
+    ['{"b": 1, "a": [1, 2]}', None, "[]"], ['{"b": 2, "a": 1}', None, '"s"'],
+    [UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"), None, UUID(int=0)],
+)
+OTHER_ARRAYS_BACK = OTHER_ARRAYS[:8] + (['{"a": 1, "b": 2}', None, '"s"'],) + OTHER_ARRAYS[9:]
+
+
+def test_array_columns_of_every_other_element_type(sluice):
+    """int2/int4/float4/varchar/bytea/timestamp/date/json/jsonb/uuid arrays,
+    through Bind (executemany) and binary COPY (copy_records_to_table)."""
+    cols = ", ".join(OTHER_ARRAY_COLUMNS)
+
+    async def body():
+        conn = await asyncpg.connect(**connect_kwargs(sluice))
+        try:
+            await conn.execute(f"CREATE STREAM arr_other ({OTHER_ARRAY_TYPES})")
+            await conn.executemany(
+                f"INSERT INTO arr_other ({cols}) VALUES "
+                f"({', '.join(f'${i}' for i in range(1, 11))})",
+                [OTHER_ARRAYS, (None,) * 10])
+            await conn.copy_records_to_table("arr_other", records=[OTHER_ARRAYS],
+                                             columns=OTHER_ARRAY_COLUMNS)
+            return await conn.fetch(f"SELECT offset, {cols} FROM arr_other ORDER BY offset")
+        finally:
+            await conn.close()
+
+    rows = run(body())
+    assert [r["offset"] for r in rows] == [0, 1, 2]
+    assert [tuple(r)[1:] for r in rows] == [OTHER_ARRAYS_BACK, (None,) * 10, OTHER_ARRAYS_BACK]
 
 
 SQLSTATE_CASES = [

@@ -8,6 +8,7 @@ from decimal import Decimal
 import pandas as pd
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 ORDERS_DDL = "CREATE STREAM orders (customer text NOT NULL, amount numeric(12,2), note text)"
 ORDERS = [("ann", Decimal("1.50"), None), ("bob", Decimal("2.00"), "gift"),
@@ -269,3 +270,93 @@ def test_unique_columns_indexes_and_a_named_key_reflect(engine):
         rows = connection.execute(sa.select(users.c.id).where(users.c.team == "red")
                                   .order_by(users.c.id)).fetchall()
     assert [r[0] for r in rows] == [1, 2]
+
+
+def array_table(metadata):
+    """A table with array columns, as an application declares it."""
+    return sa.Table(
+        "tagged", metadata,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("tags", sa.ARRAY(sa.Text)),
+        sa.Column("scores", postgresql.ARRAY(sa.Integer)),
+        sa.Column("big", postgresql.ARRAY(sa.BigInteger)),
+        sa.Column("flags", sa.ARRAY(sa.Boolean)),
+    )
+
+
+ARRAY_ROWS = [
+    {"id": 1, "tags": ["a", "b c", None, '"q"', "", "NULL", "back\\slash", "{x}"],
+     "scores": [1, None, -2147483648], "big": [2**63 - 1, None], "flags": [True, None, False]},
+    {"id": 2, "tags": [], "scores": [], "big": [], "flags": []},
+    {"id": 3, "tags": None, "scores": None, "big": None, "flags": None},
+    {"id": 4, "tags": ["only"], "scores": [7], "big": [-1], "flags": [False]},
+]
+
+
+def test_array_columns_create_all_round_trip_and_reflect(engine):
+    """sa.ARRAY / postgresql.ARRAY columns: create_all makes text[], integer[],
+    bigint[] and boolean[] columns; lists go in (psycopg 3 as array
+    parameters, psycopg2 as ARRAY[...] literals) and come back equal; the
+    inspector reports an ARRAY of the right item type, and the reflected table
+    reads the same rows."""
+    md = sa.MetaData()
+    tagged = array_table(md)
+    md.create_all(engine)
+    with engine.begin() as connection:
+        connection.execute(tagged.insert(), ARRAY_ROWS)
+        connection.execute(tagged.update().where(tagged.c.id == 4)
+                           .values(tags=["new", None], scores=None))
+    updated = [dict(r) for r in ARRAY_ROWS]
+    updated[3].update(tags=["new", None], scores=None)
+    with engine.connect() as connection:
+        rows = connection.execute(sa.select(tagged).order_by(tagged.c.id)).mappings().all()
+        assert [dict(r) for r in rows] == updated
+
+    columns = sa.inspect(engine).get_columns("tagged")
+    assert [c["name"] for c in columns] == ["id", "tags", "scores", "big", "flags"]
+    by_name = {c["name"]: c for c in columns}
+    for name, item in (("tags", sa.Text), ("scores", sa.Integer), ("big", sa.BigInteger),
+                       ("flags", sa.Boolean)):
+        reflected = by_name[name]["type"]
+        assert isinstance(reflected, postgresql.ARRAY), (name, reflected)
+        assert isinstance(reflected.item_type, item), (name, reflected.item_type)
+        assert by_name[name]["nullable"] is True
+    assert not isinstance(by_name["id"]["type"], sa.ARRAY)
+    assert isinstance(by_name["scores"]["type"].item_type, sa.Integer)
+    assert not isinstance(by_name["scores"]["type"].item_type, sa.BigInteger)
+
+    reflected = sa.Table("tagged", sa.MetaData(), autoload_with=engine)
+    with engine.connect() as connection:
+        rows = connection.execute(sa.select(reflected).order_by(reflected.c.id)).mappings().all()
+    assert [dict(r) for r in rows] == updated
+
+
+def test_array_column_item_type_modifiers_reflect(engine):
+    """numeric(6,2)[] and varchar(20)[] reflect with their item type's
+    precision/scale and length, as format_type() reports them in PostgreSQL
+    ("numeric(6,2)[]", "character varying(20)[]")."""
+    md = sa.MetaData()
+    priced = sa.Table(
+        "priced", md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("prices", sa.ARRAY(sa.Numeric(6, 2))),
+        sa.Column("names", sa.ARRAY(sa.String(20))),
+    )
+    md.create_all(engine)
+    with engine.begin() as connection:
+        connection.execute(priced.insert(), [
+            {"id": 1, "prices": [Decimal("1.5"), None, Decimal("-9999.99")], "names": ["a b", None]},
+            {"id": 2, "prices": [], "names": []},
+        ])
+    with engine.connect() as connection:
+        rows = connection.execute(sa.select(priced).order_by(priced.c.id)).all()
+    assert [(r.id, [None if p is None else str(p) for p in r.prices], r.names) for r in rows] == [
+        (1, ["1.50", None, "-9999.99"], ["a b", None]), (2, [], [])]
+
+    by_name = {c["name"]: c["type"] for c in sa.inspect(engine).get_columns("priced")}
+    assert isinstance(by_name["prices"], postgresql.ARRAY)
+    assert isinstance(by_name["prices"].item_type, sa.Numeric)
+    assert (by_name["prices"].item_type.precision, by_name["prices"].item_type.scale) == (6, 2)
+    assert isinstance(by_name["names"], postgresql.ARRAY)
+    assert isinstance(by_name["names"].item_type, sa.String)
+    assert by_name["names"].item_type.length == 20

@@ -45,3 +45,23 @@ EDGES_BACK = (False, -32768, -2147483648, 2**63 - 1, -0.25, 0.1, Decimal("-0.001
               datetime(1999, 12, 31, 23, 59, 59, 500000), date(1970, 1, 1), [],
               {"nested": {"k": None}}, UUID(int=0))
 NULLS = (None,) * 16
+
+
+# Array columns, for the drivers' array tests: the common element types, each
+# row with NULL elements, an empty array, a NULL array, or text that the
+# array literal must quote or escape.
+ARRAY_COLUMNS = ["tags", "n", "f", "d", "b", "at"]
+ARRAY_COLUMN_TYPES = "tags text[], n int8[], f float8[], d numeric(6,2)[], b bool[], at timestamptz[]"
+AT = datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+QUOTING = ["a", "b c", '"q"', "", "NULL", None, "back\\slash", "{x,y}", "comma,here", " pad "]
+ARRAY_ROWS = [
+    (QUOTING, [1, None, -2**63, 2**63 - 1], [1.5, None, -0.25, float("inf")],
+     [Decimal("1.5"), None, Decimal("-9999.99"), Decimal("0")], [True, None, False],
+     [AT, None, EPOCH]),
+    ([], [], [], [], [], []),
+    (None, None, None, None, None, None),
+    ([None], [None], [None], [None], [None], [None]),
+]
+# numeric(6,2)[] keeps two decimals for every element.
+ARRAY_DECIMALS_BACK = [["1.50", None, "-9999.99", "0.00"], [], None, [None]]

@@ -502,3 +502,64 @@ async fn indexes_survive_restarts_from_log_and_checkpoint() {
         }
     }
 }
+
+/// Array values in a table (the row codec) and a stream (Arrow segments) read back the
+/// same after a restart, replayed from the log and from a checkpoint.
+async fn arrays_survive(how: Stop, checkpoint_entries: &str) {
+    let mut server = Server::start_with(&["--checkpoint-entries", checkpoint_entries]).await;
+    let client = server.client().await;
+    exec(
+        &client,
+        "CREATE TABLE at (id int PRIMARY KEY, tags text[], n int8[], d numeric(6,2)[]); \
+         CREATE STREAM ast (tags text[], ts2 timestamptz[])",
+    )
+    .await;
+    for i in 0..12 {
+        exec(
+            &client,
+            &format!(
+                "INSERT INTO at VALUES ({i}, '{{a{i},\"b c\",NULL,\"\"}}', ARRAY[{i}, NULL, -{i}], '{{{i}.5}}'); \
+                 INSERT INTO ast VALUES (ARRAY['x{i}', NULL], '{{\"2026-01-0{} 10:00:00+00\"}}')",
+                i % 9 + 1
+            ),
+        )
+        .await;
+    }
+    exec(
+        &client,
+        "UPDATE at SET n = '{}' WHERE id = 3; UPDATE at SET tags = NULL WHERE id = 4",
+    )
+    .await;
+    let table = "SELECT id, tags, n, d FROM at ORDER BY id";
+    let stream = "SELECT \"offset\", tags, ts2 FROM ast ORDER BY \"offset\"";
+    let (before_table, before_stream) = (
+        text_rows(&client, table).await,
+        text_rows(&client, stream).await,
+    );
+    assert_eq!(before_table[3][2], "{}");
+    assert_eq!(before_table[5][1], "{a5,\"b c\",NULL,\"\"}");
+    drop(client);
+    stop(&mut server, how).await;
+    server.restart().await;
+    let client = server.client().await;
+    assert_eq!(
+        text_rows(&client, table).await,
+        before_table,
+        "{how:?} {checkpoint_entries}"
+    );
+    assert_eq!(
+        text_rows(&client, stream).await,
+        before_stream,
+        "{how:?} {checkpoint_entries}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn arrays_survive_restarts_from_log_and_checkpoint() {
+    for how in [Stop::Graceful, Stop::Crash] {
+        for checkpoint_entries in ["100000", "1"] {
+            arrays_survive(how, checkpoint_entries).await;
+        }
+    }
+}

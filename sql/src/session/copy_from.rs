@@ -1,27 +1,84 @@
-//! `COPY s [(columns)] FROM STDIN`: the statement names the stream and its
-//! target columns ([`PendingCopy`]); the data, at most `max_copy_bytes`
+//! `COPY r [(columns)] FROM STDIN`: the statement names the stream or table and
+//! its target columns ([`PendingCopy`]); the data, at most `max_copy_bytes`
 //! of it, arrives later through [`Session::finish_copy`] (or inline, for
 //! COPY given data in the statement). Every row is parsed and typed before
-//! any is appended, so a bad line appends nothing; the rows become one
-//! append like an INSERT's ([`super::append`]).
+//! any is written, so a bad line writes nothing; into a stream the rows become
+//! one append like an INSERT's ([`super::append`]), into a table one write of
+//! new rows like a plain INSERT's ([`super::dml`]: a key already present is 23505).
+
+use std::sync::Arc;
 
 use datafusion::scalar::ScalarValue;
 
 use super::append::target_columns;
-use super::{Output, PendingCopy, Session};
+use super::{Output, Session};
+use crate::catalog::Stream;
 use crate::copy;
 use crate::error::{sqlstate, Error, Result};
 use crate::insert;
 use crate::statement::{CopyFormat, CopyFrom};
 use crate::types::ColumnType;
 
+/// A COPY FROM STDIN waiting for its data.
+#[derive(Debug, Clone)]
+pub struct PendingCopy {
+    pub target: CopyTarget,
+    /// Positions of the copied columns in the relation's user columns.
+    pub targets: Vec<usize>,
+    pub format: CopyFormat,
+}
+
+/// What a COPY FROM writes into: a stream (one append) or a table (inserted rows).
+#[derive(Debug, Clone)]
+pub enum CopyTarget {
+    Stream(Arc<Stream>),
+    Table(Arc<crate::table::Table>),
+}
+
+impl CopyTarget {
+    pub fn name(&self) -> &str {
+        match self {
+            CopyTarget::Stream(s) => s.name(),
+            CopyTarget::Table(t) => t.name(),
+        }
+    }
+
+    /// The type of user column `i`.
+    pub fn column_type(&self, i: usize) -> ColumnType {
+        match self {
+            CopyTarget::Stream(s) => s.def.columns[i].ty,
+            CopyTarget::Table(t) => t.types[i],
+        }
+    }
+}
+
+impl PendingCopy {
+    pub fn columns(&self) -> usize {
+        self.targets.len()
+    }
+}
+
 impl Session {
     /// COPY FROM: wait for the client's data, or append the inline data now.
     pub(super) async fn copy_from(&mut self, c: &CopyFrom) -> Result<Output> {
-        let stream = self.stream(&c.stream)?;
-        let targets = target_columns(&stream, &c.columns)?;
+        let (target, targets) = match self.table(&c.stream) {
+            Some(table) => {
+                let targets = super::append::column_positions(
+                    &table.def.columns,
+                    table.name(),
+                    &c.columns,
+                    |_| Ok(()),
+                )?;
+                (CopyTarget::Table(table), targets)
+            }
+            None => {
+                let stream = self.stream(&c.stream)?;
+                let targets = target_columns(&stream, &c.columns)?;
+                (CopyTarget::Stream(stream), targets)
+            }
+        };
         let pending = PendingCopy {
-            stream,
+            target,
             targets,
             format: c.format.clone(),
         };
@@ -72,13 +129,18 @@ impl Session {
         if n == 0 {
             return Ok(Output::Tag("COPY 0".into()));
         }
-        let batch = insert::build_batch(
-            &copy.stream,
-            &copy.targets,
-            values,
-            self.engine.limits.max_row_bytes,
-        )?;
-        self.append(&copy.stream, &batch).await?;
+        match &copy.target {
+            CopyTarget::Stream(stream) => {
+                let batch = insert::build_batch(
+                    stream,
+                    &copy.targets,
+                    values,
+                    self.engine.limits.max_row_bytes,
+                )?;
+                self.append(stream, &batch).await?;
+            }
+            CopyTarget::Table(table) => self.copy_into_table(table, &copy.targets, values).await?,
+        }
         Ok(Output::Tag(format!("COPY {n}")))
     }
 }
@@ -90,7 +152,7 @@ fn copy_values<F>(
     rows: Vec<Vec<Option<F>>>,
     decode: impl Fn(ColumnType, F) -> Result<ScalarValue>,
 ) -> Result<Vec<Vec<ScalarValue>>> {
-    let line = |i: usize| format!("COPY {}, line {}", copy.stream.name(), i + 1);
+    let line = |i: usize| format!("COPY {}, line {}", copy.target.name(), i + 1);
     rows.into_iter()
         .enumerate()
         .map(|(i, row)| {
@@ -107,7 +169,7 @@ fn copy_values<F>(
             row.into_iter()
                 .zip(&copy.targets)
                 .map(|(f, &t)| {
-                    let ty = copy.stream.def.columns[t].ty;
+                    let ty = copy.target.column_type(t);
                     match f {
                         None => ty.coerce(ScalarValue::Null),
                         Some(v) => decode(ty, v).and_then(|v| ty.coerce(v)),

@@ -168,7 +168,6 @@ impl Session {
     ) -> Result<Vec<Vec<ScalarValue>>> {
         let targets = table_targets(table, ins)?;
         let types = &table.types;
-        let mut out = Vec::new();
         // the statement's start time (now()), taken when an expression first needs it
         let mut start = None;
         let state = self.ctx.state_ref();
@@ -207,8 +206,11 @@ impl Session {
                         "INSERT ... DEFAULT VALUES is not supported",
                     ));
                 };
+                // DataFusion runs no subquery inside VALUES: each row becomes a SELECT
+                let mut source = source.clone();
+                insert::values_with_subqueries_as_selects(&mut source)?;
                 let batches = self
-                    .collect_query(&Statement::Query(source.clone()), params)
+                    .collect_query(&Statement::Query(source), params)
                     .await?;
                 let mut rows = Vec::new();
                 for b in batches {
@@ -230,19 +232,32 @@ impl Session {
                 rows
             }
         };
-        for p in provided {
-            let mut row: Vec<ScalarValue> = types
-                .iter()
-                .map(|t| ScalarValue::try_from(&t.arrow_type()))
-                .collect::<std::result::Result<_, _>>()?;
-            for (v, &t) in p.into_iter().zip(&targets) {
-                row[t] = v;
+        full_rows(table, &targets, provided, self.engine.limits.max_row_bytes)
+    }
+
+    /// COPY FROM into a table: the copied rows as new rows in one write (a key already
+    /// present, or copied twice, is 23505 as for a plain INSERT).
+    pub(super) async fn copy_into_table(
+        &mut self,
+        table: &Table,
+        targets: &[usize],
+        provided: Vec<Vec<ScalarValue>>,
+    ) -> Result<()> {
+        let rows = full_rows(table, targets, provided, self.engine.limits.max_row_bytes)?;
+        let mut ops = Vec::with_capacity(rows.len());
+        let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        for row in rows {
+            let key = match table.key_of(&row)? {
+                Some(k) => k,
+                None => self.engine.next_row_id(),
+            };
+            if seen.contains(&key) || self.tables.peek(&self.engine.tables, table, &key)? {
+                return Err(table.duplicate(&row));
             }
-            table.check_not_null(&row)?;
-            check_row_size(&row, self.engine.limits.max_row_bytes)?;
-            out.push(row);
+            seen.insert(key.clone());
+            ops.push(Self::write_op(table, write_kind::INSERT, key, &row)?);
         }
-        Ok(out)
+        self.write_table(ops).await
     }
 
     async fn table_insert(
@@ -694,11 +709,38 @@ fn keyed_select(
     )
 }
 
+/// Whole rows of the table from values of its `targets` columns: the others NULL,
+/// NOT NULL and the row size checked.
+fn full_rows(
+    table: &Table,
+    targets: &[usize],
+    provided: Vec<Vec<ScalarValue>>,
+    max_row_bytes: usize,
+) -> Result<Vec<Vec<ScalarValue>>> {
+    let mut out = Vec::with_capacity(provided.len());
+    for p in provided {
+        let mut row: Vec<ScalarValue> = table
+            .types
+            .iter()
+            .map(|t| ScalarValue::try_from(&t.arrow_type()))
+            .collect::<std::result::Result<_, _>>()?;
+        for (v, &t) in p.into_iter().zip(targets) {
+            row[t] = v;
+        }
+        table.check_not_null(&row)?;
+        check_row_size(&row, max_row_bytes)?;
+        out.push(row);
+    }
+    Ok(out)
+}
+
 /// An array as column `t` of the table: cast and validated.
 fn cast_to(a: &ArrayRef, table: &Table, t: usize) -> Result<ArrayRef> {
     let ty = table.types[t];
     let want = ty.arrow_type();
-    let a = if a.data_type() != &want {
+    // text for an array column is read by the array input, not Arrow's cast (which would
+    // make '{a,b}' a one-element list)
+    let a = if a.data_type() != &want && ty.element().is_none() {
         arrow::compute::cast(a, &want).map_err(|_| {
             Error::new(
                 sqlstate::DATATYPE_MISMATCH,

@@ -9,10 +9,9 @@ use super::{Output, Session};
 use crate::apply::{constraint_requires, missing_index, on_stream, relation_exists};
 use crate::block_catalog::LOCAL_ID_BASE;
 use crate::command::{op, CreateIndex, DropIndex};
-use crate::definition::{ColumnDef, IndexDef, TableDef};
+use crate::definition::{IndexDef, TableDef};
 use crate::error::{sqlstate, Error, Result};
 use crate::table::check_name;
-use crate::types::ColumnType;
 
 /// PostgreSQL's longest identifier (NAMEDATALEN - 1 bytes).
 const MAX_NAME_BYTES: usize = 63;
@@ -49,7 +48,7 @@ impl Session {
                         format!("column \"{c}\" does not exist"),
                     ))
                 }
-                Some(d) => indexable(d)?,
+                Some(d) => d.check_key_column()?,
             }
         }
         let name = match name {
@@ -152,7 +151,7 @@ impl Session {
                 .map(|&c| def.columns[c].name.clone())
                 .collect();
             for &c in &u.columns {
-                indexable(&def.columns[c])?;
+                def.columns[c].check_key_column()?;
             }
             let name = if u.name.is_empty() {
                 self.chosen_index_name(&def.name, &columns, "key", &named)
@@ -204,15 +203,4 @@ impl Session {
             .find(|n| !self.index_name_taken(n) && !also_taken.contains(n))
             .unwrap_or_default()
     }
-}
-
-/// As in PostgreSQL: json has no equality, so no B-tree (jsonb has).
-fn indexable(column: &ColumnDef) -> Result<()> {
-    if column.ty == ColumnType::Json {
-        return Err(Error::new(
-            sqlstate::UNDEFINED_OBJECT,
-            "data type json has no default operator class for access method \"btree\"",
-        ));
-    }
-    Ok(())
 }

@@ -139,9 +139,11 @@ fn tables(db: &str, rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
     t.build()
 }
 
-/// information_schema's spelling of a type: its SQL name without typmod.
+/// information_schema's spelling of a type: its SQL name without typmod (`ARRAY` for
+/// every array type; `udt_name` names which).
 fn data_type(ty: &ColumnType) -> String {
     match ty {
+        ColumnType::Array(_) => return "ARRAY".into(),
         ColumnType::Numeric(_) => ColumnType::Numeric(None),
         ColumnType::Varchar(_) => ColumnType::Varchar(None),
         t => *t,

@@ -17,11 +17,13 @@
 //! returns them, in that order.
 
 pub mod client_sql;
+mod format_type;
 mod information_schema;
 mod pg_catalog;
 mod pg_functions;
 mod rewrite;
 mod roles;
+mod text_arrays;
 
 use std::sync::{Arc, Weak};
 
@@ -554,6 +556,7 @@ pub(crate) fn type_layout(ty: &ColumnType) -> (i16, bool, &'static str, &'static
         | ColumnType::Bytea
         | ColumnType::Json
         | ColumnType::Jsonb => (-1, false, "i", "x"),
+        ColumnType::Array(e) => (-1, false, type_layout(&e.column()).2, "x"),
     }
 }
 
@@ -561,6 +564,7 @@ pub(crate) fn type_layout(ty: &ColumnType) -> (i16, bool, &'static str, &'static
 pub(crate) fn type_collation(ty: &ColumnType) -> i32 {
     match ty {
         ColumnType::Text | ColumnType::Varchar(_) => 100,
+        ColumnType::Array(e) => type_collation(&e.column()),
         _ => 0,
     }
 }

@@ -301,7 +301,7 @@ fn pg_attribute(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
                 i2(-1),
                 i2(len),
                 i2(i as i16 + 1),
-                i4(0),
+                i4(i32::from(c.ty.element().is_some())),
                 i4(-1),
                 i4(c.ty.typmod()),
                 b(byval),

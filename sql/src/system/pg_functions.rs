@@ -29,7 +29,7 @@ pub(super) fn register(
         crate_fns::create_current_schema_udf(),
         crate_fns::create_current_schemas_udf(),
         crate_fns::create_pg_table_is_visible(),
-        format_type::create_format_type_udf(),
+        super::format_type::udf(format_type::create_format_type_udf()),
         pg_get_expr(),
         crate_fns::create_pg_get_partkeydef_udf(),
         crate_fns::create_pg_relation_is_publishable_udf(),
@@ -58,8 +58,10 @@ pub(super) fn register(
         // oid-alias type names (regclass, ...) and untyped 't'/'f' compared
         // with booleans, in one rebuild of the session state
         use datafusion::execution::session_state::SessionStateBuilder;
-        let mut rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> =
-            vec![Arc::new(super::rewrite::BoolLiterals)];
+        let mut rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> = vec![
+            Arc::new(super::rewrite::BoolLiterals),
+            Arc::new(super::text_arrays::TextArrays),
+        ];
         rules.extend(datafusion::optimizer::Analyzer::new().rules);
         rules.push(Arc::new(crate::arithmetic::CheckedArithmetic));
         let state = ctx.state_ref();
@@ -583,7 +585,7 @@ fn catalog_functions(type_oids: &Arc<HashMap<String, i32>>) -> Vec<ScalarUDF> {
                     match v {
                         None => b.append_null(),
                         Some(v) => {
-                            for e in crate::arrays::parse_text_elements(&v)
+                            for e in crate::types::arrays::parse_text_elements(&v)
                                 .map_err(|e| DataFusionError::External(Box::new(e)))?
                             {
                                 b.values().append_option(e);

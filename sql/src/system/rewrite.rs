@@ -141,7 +141,7 @@ fn function_args(f: &datafusion::sql::sqlparser::ast::Function) -> Vec<&Expr> {
 /// `ARRAY['1', '2', NULL]` from the array text `{1,2,NULL}`; `None` when it is not one (the
 /// cast then fails as it would have).
 fn array_of_strings(text: &str) -> Option<Expr> {
-    let elements = crate::arrays::parse_text_elements(text).ok()?;
+    let elements = crate::types::arrays::parse_text_elements(text).ok()?;
     let items: Vec<String> = elements
         .iter()
         .map(|e| match e {

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, ArrayRef};
+use arrow::array::{new_null_array, Array, ArrayRef};
 use arrow::datatypes::DataType;
 use datafusion::scalar::ScalarValue;
 
@@ -74,35 +74,47 @@ fn escaped(out: &mut Vec<u8>, bytes: &[u8]) {
 pub fn encode_row(values: &[ScalarValue]) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(values.len() * 9);
     for v in values {
-        if v.is_null() {
-            out.push(0);
-            continue;
-        }
-        out.push(1);
-        match v {
-            ScalarValue::Boolean(Some(b)) => out.push(*b as u8),
-            ScalarValue::Int16(Some(n)) => out.extend(n.to_le_bytes()),
-            ScalarValue::Int32(Some(n)) | ScalarValue::Date32(Some(n)) => {
-                out.extend(n.to_le_bytes())
-            }
-            ScalarValue::Int64(Some(n)) | ScalarValue::TimestampMicrosecond(Some(n), _) => {
-                out.extend(n.to_le_bytes())
-            }
-            ScalarValue::Float32(Some(f)) => out.extend(f.to_le_bytes()),
-            ScalarValue::Float64(Some(f)) => out.extend(f.to_le_bytes()),
-            ScalarValue::Decimal128(Some(n), _, _) => out.extend(n.to_le_bytes()),
-            ScalarValue::Utf8(Some(s)) => {
-                out.extend((s.len() as u32).to_le_bytes());
-                out.extend(s.as_bytes());
-            }
-            ScalarValue::Binary(Some(b)) => {
-                out.extend((b.len() as u32).to_le_bytes());
-                out.extend(b);
-            }
-            other => return Err(Error::internal(format!("cannot encode {other:?} in a row"))),
-        }
+        encode_value(&mut out, v)?;
     }
     Ok(out)
+}
+
+/// One value: a presence byte, then the value; a list is its element count and each
+/// element the same way.
+fn encode_value(out: &mut Vec<u8>, v: &ScalarValue) -> Result<()> {
+    if v.is_null() {
+        out.push(0);
+        return Ok(());
+    }
+    out.push(1);
+    match v {
+        ScalarValue::Boolean(Some(b)) => out.push(*b as u8),
+        ScalarValue::Int16(Some(n)) => out.extend(n.to_le_bytes()),
+        ScalarValue::Int32(Some(n)) | ScalarValue::Date32(Some(n)) => out.extend(n.to_le_bytes()),
+        ScalarValue::Int64(Some(n)) | ScalarValue::TimestampMicrosecond(Some(n), _) => {
+            out.extend(n.to_le_bytes())
+        }
+        ScalarValue::Float32(Some(f)) => out.extend(f.to_le_bytes()),
+        ScalarValue::Float64(Some(f)) => out.extend(f.to_le_bytes()),
+        ScalarValue::Decimal128(Some(n), _, _) => out.extend(n.to_le_bytes()),
+        ScalarValue::Utf8(Some(s)) => {
+            out.extend((s.len() as u32).to_le_bytes());
+            out.extend(s.as_bytes());
+        }
+        ScalarValue::Binary(Some(b)) => {
+            out.extend((b.len() as u32).to_le_bytes());
+            out.extend(b);
+        }
+        ScalarValue::List(l) if l.len() == 1 => {
+            let items = l.value(0);
+            out.extend((items.len() as u32).to_le_bytes());
+            for i in 0..items.len() {
+                encode_value(out, &ScalarValue::try_from_array(&items, i)?)?;
+            }
+        }
+        other => return Err(Error::internal(format!("cannot encode {other:?} in a row"))),
+    }
+    Ok(())
 }
 
 struct Reader<'a> {
@@ -132,41 +144,52 @@ impl<'a> Reader<'a> {
 /// Decode a row written by [`encode_row`] for columns of `types`.
 pub fn decode_row(bytes: &[u8], types: &[ColumnType]) -> Result<Vec<ScalarValue>> {
     let mut r = Reader { bytes, at: 0 };
-    let mut out = Vec::with_capacity(types.len());
-    for ty in types {
-        let dt = ty.arrow_type();
-        if r.take(1)?[0] == 0 {
-            out.push(ScalarValue::try_from(&dt)?);
-            continue;
-        }
-        out.push(match &dt {
-            DataType::Boolean => ScalarValue::Boolean(Some(r.take(1)?[0] != 0)),
-            DataType::Int16 => ScalarValue::Int16(Some(i16::from_le_bytes(r.array()?))),
-            DataType::Int32 => ScalarValue::Int32(Some(i32::from_le_bytes(r.array()?))),
-            DataType::Date32 => ScalarValue::Date32(Some(i32::from_le_bytes(r.array()?))),
-            DataType::Int64 => ScalarValue::Int64(Some(i64::from_le_bytes(r.array()?))),
-            DataType::Timestamp(_, tz) => {
-                ScalarValue::TimestampMicrosecond(Some(i64::from_le_bytes(r.array()?)), tz.clone())
-            }
-            DataType::Float32 => ScalarValue::Float32(Some(f32::from_le_bytes(r.array()?))),
-            DataType::Float64 => ScalarValue::Float64(Some(f64::from_le_bytes(r.array()?))),
-            DataType::Decimal128(p, s) => {
-                ScalarValue::Decimal128(Some(i128::from_le_bytes(r.array()?)), *p, *s)
-            }
-            DataType::Utf8 => {
-                let n = u32::from_le_bytes(r.array()?) as usize;
-                let s = std::str::from_utf8(r.take(n)?)
-                    .map_err(|_| Error::internal("invalid UTF-8 in table storage"))?;
-                ScalarValue::Utf8(Some(s.to_string()))
-            }
-            DataType::Binary => {
-                let n = u32::from_le_bytes(r.array()?) as usize;
-                ScalarValue::Binary(Some(r.take(n)?.to_vec()))
-            }
-            other => return Err(Error::internal(format!("no row decoding for {other}"))),
-        });
+    types
+        .iter()
+        .map(|ty| decode_value(&mut r, &ty.arrow_type()))
+        .collect()
+}
+
+/// One value written by [`encode_value`], of Arrow type `dt`.
+fn decode_value(r: &mut Reader, dt: &DataType) -> Result<ScalarValue> {
+    if r.take(1)?[0] == 0 {
+        return Ok(ScalarValue::try_from(dt)?);
     }
-    Ok(out)
+    Ok(match dt {
+        DataType::Boolean => ScalarValue::Boolean(Some(r.take(1)?[0] != 0)),
+        DataType::Int16 => ScalarValue::Int16(Some(i16::from_le_bytes(r.array()?))),
+        DataType::Int32 => ScalarValue::Int32(Some(i32::from_le_bytes(r.array()?))),
+        DataType::Date32 => ScalarValue::Date32(Some(i32::from_le_bytes(r.array()?))),
+        DataType::Int64 => ScalarValue::Int64(Some(i64::from_le_bytes(r.array()?))),
+        DataType::Timestamp(_, tz) => {
+            ScalarValue::TimestampMicrosecond(Some(i64::from_le_bytes(r.array()?)), tz.clone())
+        }
+        DataType::Float32 => ScalarValue::Float32(Some(f32::from_le_bytes(r.array()?))),
+        DataType::Float64 => ScalarValue::Float64(Some(f64::from_le_bytes(r.array()?))),
+        DataType::Decimal128(p, s) => {
+            ScalarValue::Decimal128(Some(i128::from_le_bytes(r.array()?)), *p, *s)
+        }
+        DataType::Utf8 => {
+            let n = u32::from_le_bytes(r.array()?) as usize;
+            let s = std::str::from_utf8(r.take(n)?)
+                .map_err(|_| Error::internal("invalid UTF-8 in table storage"))?;
+            ScalarValue::Utf8(Some(s.to_string()))
+        }
+        DataType::Binary => {
+            let n = u32::from_le_bytes(r.array()?) as usize;
+            ScalarValue::Binary(Some(r.take(n)?.to_vec()))
+        }
+        DataType::List(item) => {
+            let n = u32::from_le_bytes(r.array()?) as usize;
+            // grows as elements decode: a corrupt count cannot allocate
+            let mut items = Vec::new();
+            for _ in 0..n {
+                items.push(decode_value(r, item.data_type())?);
+            }
+            ScalarValue::List(ScalarValue::new_list_nullable(&items, item.data_type()))
+        }
+        other => return Err(Error::internal(format!("no row decoding for {other}"))),
+    })
 }
 
 /// Columns (one array per type) from decoded rows.
@@ -245,5 +268,46 @@ mod tests {
         let bytes = encode_row(&row).unwrap();
         assert_eq!(decode_row(&bytes, &types).unwrap(), row);
         assert!(decode_row(&bytes[..bytes.len() - 1], &types).is_err());
+    }
+
+    #[test]
+    fn array_rows_round_trip_and_truncations_are_refused() {
+        use crate::types::ElementType;
+        let types = [
+            ColumnType::Array(ElementType::Text),
+            ColumnType::Array(ElementType::Int8),
+            ColumnType::Array(ElementType::Numeric(Some((6, 2)))),
+            ColumnType::Array(ElementType::Bool),
+        ];
+        let text = |v: &[Option<&str>]| {
+            let items: Vec<ScalarValue> = v
+                .iter()
+                .map(|s| ScalarValue::Utf8(s.map(str::to_string)))
+                .collect();
+            ScalarValue::List(ScalarValue::new_list_nullable(&items, &DataType::Utf8))
+        };
+        let ints = ScalarValue::List(ScalarValue::new_list_nullable(
+            &[ScalarValue::Int64(Some(-1)), ScalarValue::Int64(None)],
+            &DataType::Int64,
+        ));
+        let empty = ScalarValue::List(ScalarValue::new_list_nullable(
+            &[],
+            &DataType::Decimal128(6, 2),
+        ));
+        let row = vec![
+            text(&[Some("a"), None, Some("")]),
+            ints,
+            empty,
+            ScalarValue::try_from(&types[3].arrow_type()).unwrap(),
+        ];
+        let bytes = encode_row(&row).unwrap();
+        assert_eq!(decode_row(&bytes, &types).unwrap(), row);
+        for cut in 0..bytes.len() {
+            assert!(decode_row(&bytes[..cut], &types).is_err(), "{cut}");
+        }
+        // a corrupt element count fails on the missing bytes, allocating nothing up front
+        let mut huge = vec![1u8];
+        huge.extend(u32::MAX.to_le_bytes());
+        assert!(decode_row(&huge, &types[..1]).is_err());
     }
 }

@@ -1,13 +1,15 @@
 //! One-dimensional PostgreSQL arrays as input: the text form (`{1,2,NULL}`, `{"a b","c"}`)
-//! and the binary `array_recv` form, into Arrow lists. Used for array parameters (Bind) and
-//! for casts of string literals to array types (`'{1,2,7}'::int[]`, rewritten before
-//! planning into `ARRAY[...]` by `system/rewrite.rs`).
+//! into Arrow lists, and values converted to an array type. Used by array columns
+//! ([`ColumnType::Array`]), array parameters (Bind) and casts of string literals to array
+//! types (`'{1,2,7}'::int[]`, rewritten before planning into `ARRAY[...]` by
+//! `system/rewrite.rs`). The binary `array_recv` form is `crate::binary`'s.
 //!
 //! Invariants: an element goes through its type's own input function (so `'{x}'::int[]` is
 //! `22P02` as `'x'::int` is); an array of more than one dimension, or whose binary header
 //! contradicts its length, is refused, never guessed; nothing is allocated for an element
 //! count a client announced before the bytes that back it arrived.
 
+use arrow::array::{Array, ArrayRef};
 use datafusion::scalar::ScalarValue;
 
 use crate::error::{sqlstate, Error, Result};
@@ -54,8 +56,13 @@ pub fn parse_text_elements(s: &str) -> Result<Vec<Option<String>>> {
                 if c == ',' {
                     break;
                 }
+                if c == '{' && elem.is_empty() {
+                    return Err(Error::unsupported(format!(
+                        "multidimensional arrays are not supported: \"{s}\" (array columns and parameters have one dimension)"
+                    )));
+                }
                 if c == '{' || c == '}' || c == '"' {
-                    // a nested array, or a quote inside an unquoted element
+                    // a quote or brace inside an unquoted element
                     return Err(bad());
                 }
                 chars.next();
@@ -96,80 +103,60 @@ pub fn parse_text(elem: ColumnType, s: &str) -> Result<ScalarValue> {
     Ok(list_of(elem, &values))
 }
 
-/// An array of `elem` from PostgreSQL's binary form: `ndim i32, has_nulls i32, elemtype u32`,
-/// per dimension `length i32, lower_bound i32`, then each element as `len i32` (`-1` null)
-/// and its bytes.
-pub fn decode_binary(elem: ColumnType, b: &[u8]) -> Result<ScalarValue> {
-    let bad = |why: &str| {
-        Error::new(
-            sqlstate::PROTOCOL_VIOLATION,
-            format!(
-                "incorrect binary data format for type {}[]: {why}",
-                elem.sql_name()
-            ),
-        )
-    };
-    let mut r = Reader(b);
-    let int = |r: &mut Reader, what: &str| {
-        r.take(4)
-            .map(|x| i32::from_be_bytes([x[0], x[1], x[2], x[3]]))
-            .ok_or_else(|| bad(&format!("ends inside its {what}")))
-    };
-    let ndim = int(&mut r, "dimensions")?;
-    let _has_nulls = int(&mut r, "null flag")?;
-    let _elem_oid = int(&mut r, "element type")?;
-    let len = match ndim {
-        0 => 0,
-        1 => {
-            let len = int(&mut r, "length")?;
-            let _lower = int(&mut r, "lower bound")?;
-            usize::try_from(len).map_err(|_| bad("negative length"))?
+/// A list value as an array of `elem`: each element converted and checked by `elem`'s own
+/// rules (as a column of that type would), so `ARRAY[1,2]` fits an `int8[]` column and
+/// `ARRAY['x']` does not fit an `int4[]` one.
+pub fn coerce(elem: ColumnType, v: &ScalarValue) -> Result<ScalarValue> {
+    let items = match v {
+        ScalarValue::List(l) if l.len() == 1 => l.value(0),
+        ScalarValue::LargeList(l) if l.len() == 1 => l.value(0),
+        ScalarValue::FixedSizeList(l) if l.len() == 1 => l.value(0),
+        other => {
+            return Err(Error::new(
+                sqlstate::DATATYPE_MISMATCH,
+                format!(
+                    "column is of type {}[] but expression is of type {}",
+                    elem.sql_name(),
+                    ColumnType::of_arrow(&other.data_type())
+                        .map(|t| t.sql_name())
+                        .unwrap_or_else(|| other.data_type().to_string())
+                ),
+            ))
         }
-        n if n > 1 => {
-            return Err(Error::unsupported(format!(
-                "arrays of {n} dimensions are not supported (one dimension only)"
-            )))
-        }
-        _ => return Err(bad("negative number of dimensions")),
     };
-    // grows as elements arrive: an announced length is not trusted
-    let mut values = Vec::new();
-    for _ in 0..len {
-        let n = int(&mut r, "element length")?;
-        if n == -1 {
-            values.push(null_of(elem)?);
-            continue;
-        }
-        let n = usize::try_from(n).map_err(|_| bad("negative element length"))?;
-        let bytes = r.take(n).ok_or_else(|| bad("ends inside an element"))?;
-        values.push(crate::binary::decode(elem, bytes)?);
-    }
-    if !r.0.is_empty() {
-        return Err(bad("bytes after the last element"));
-    }
+    let values = (0..items.len())
+        .map(|i| match ScalarValue::try_from_array(&items, i)? {
+            x if x.is_null() => null_of(elem),
+            x => elem.coerce(x),
+        })
+        .collect::<Result<Vec<_>>>()?;
     Ok(list_of(elem, &values))
 }
 
-/// The unread rest of a binary value.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, tail) = self.0.split_at(n);
-        self.0 = tail;
-        Some(head)
+/// A whole column of lists (from DataFusion) as arrays of `elem`, row by row.
+pub fn coerce_column(elem: ColumnType, column: &ArrayRef) -> Result<ArrayRef> {
+    let target = ColumnType::array_of(elem).arrow_type();
+    if *column.data_type() == target && elem.arrow_type_suffices() {
+        return Ok(column.clone());
     }
+    let rows = (0..column.len())
+        .map(|r| match ScalarValue::try_from_array(column, r)? {
+            x if x.is_null() => Ok(ScalarValue::try_from(&target)?),
+            x => ColumnType::array_of(elem).coerce(x),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if rows.is_empty() {
+        return Ok(arrow::array::new_empty_array(&target));
+    }
+    Ok(ScalarValue::iter_to_array(rows)?)
 }
 
-fn null_of(elem: ColumnType) -> Result<ScalarValue> {
+pub(crate) fn null_of(elem: ColumnType) -> Result<ScalarValue> {
     Ok(ScalarValue::try_from(elem.arrow_type())?)
 }
 
 /// A list scalar of `elem`'s Arrow type holding `values`.
-fn list_of(elem: ColumnType, values: &[ScalarValue]) -> ScalarValue {
+pub(crate) fn list_of(elem: ColumnType, values: &[ScalarValue]) -> ScalarValue {
     ScalarValue::List(ScalarValue::new_list_nullable(values, &elem.arrow_type()))
 }
 
@@ -209,45 +196,5 @@ mod tests {
                 Some("NULL".into())
             ]
         );
-    }
-
-    #[test]
-    fn binary_arrays_are_checked_against_their_length() {
-        let mut b = Vec::new();
-        for v in [1i32, 1, 23, 3, 1] {
-            b.extend(v.to_be_bytes());
-        }
-        b.extend(4i32.to_be_bytes());
-        b.extend(5i32.to_be_bytes());
-        b.extend((-1i32).to_be_bytes());
-        b.extend(4i32.to_be_bytes());
-        b.extend(7i32.to_be_bytes());
-        let v = decode_binary(ColumnType::Int4, &b).unwrap();
-        assert_eq!(ints(&v), vec![Some(5), None, Some(7)]);
-        // every truncation is refused, as are trailing bytes and a huge announced length
-        for cut in 0..b.len() {
-            assert!(decode_binary(ColumnType::Int4, &b[..cut]).is_err(), "{cut}");
-        }
-        let mut extra = b.clone();
-        extra.push(0);
-        assert!(decode_binary(ColumnType::Int4, &extra).is_err());
-        let mut huge = b[..12].to_vec();
-        huge.extend(i32::MAX.to_be_bytes());
-        huge.extend(1i32.to_be_bytes());
-        assert!(decode_binary(ColumnType::Int4, &huge).is_err());
-        let mut empty = Vec::new();
-        for v in [0i32, 0, 23] {
-            empty.extend(v.to_be_bytes());
-        }
-        assert_eq!(
-            ints(&decode_binary(ColumnType::Int4, &empty).unwrap()),
-            vec![]
-        );
-        let mut two_dims = Vec::new();
-        for v in [2i32, 0, 23, 1, 1, 1, 1] {
-            two_dims.extend(v.to_be_bytes());
-        }
-        let e = decode_binary(ColumnType::Int4, &two_dims).unwrap_err();
-        assert_eq!(e.code, sqlstate::FEATURE_NOT_SUPPORTED);
     }
 }
