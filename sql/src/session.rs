@@ -68,6 +68,7 @@ mod query;
 mod returning;
 mod transaction;
 mod udfs;
+mod upsert;
 mod variables;
 mod views;
 

@@ -2096,6 +2096,16 @@ async fn output_names_may_repeat_as_in_postgresql() {
         .await,
         ["count", "z", "?column?"]
     );
+    // a subscript is named after what it subscripts (was ?column?)
+    ok(&mut s, "CREATE STREAM arr (tags text[])").await;
+    assert_eq!(
+        columns(
+            &mut s,
+            "SELECT tags[1], (ARRAY[1, 2])[2], tags[1] || 'x' FROM arr"
+        )
+        .await,
+        ["tags", "array", "?column?"]
+    );
     // an ORDER BY on a repeated name takes the first, and an alias still sorts
     assert_eq!(
         rows(&mut s, "SELECT b AS x, a AS x FROM d ORDER BY x").await,

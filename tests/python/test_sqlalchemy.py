@@ -272,6 +272,34 @@ def test_unique_columns_indexes_and_a_named_key_reflect(engine):
     assert [r[0] for r in rows] == [1, 2]
 
 
+def test_upsert_on_a_unique_column(engine):
+    """postgresql.insert(...).on_conflict_do_update(index_elements=["email"]) and
+    on_conflict_do_nothing(constraint=...) arbitrate on a UNIQUE column that is not the
+    primary key, as ORMs' upserts do (42P10 before)."""
+    md = sa.MetaData()
+    users = sa.Table(
+        "users_up", md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("email", sa.Text, unique=True),
+        sa.Column("visits", sa.Integer, nullable=False),
+    )
+    md.create_all(engine)
+    with engine.begin() as connection:
+        connection.execute(users.insert(), [{"id": 1, "email": "a@x", "visits": 1}])
+    upsert = postgresql.insert(users)
+    upsert = upsert.on_conflict_do_update(
+        index_elements=["email"], set_={"visits": users.c.visits + upsert.excluded.visits})
+    with engine.begin() as connection:
+        connection.execute(upsert, [{"id": 7, "email": "a@x", "visits": 5},
+                                    {"id": 8, "email": "b@x", "visits": 2}])
+        connection.execute(
+            postgresql.insert(users).on_conflict_do_nothing(constraint="users_up_email_key"),
+            {"id": 9, "email": "b@x", "visits": 100})
+    with engine.connect() as connection:
+        rows = connection.execute(sa.select(users).order_by(users.c.id)).fetchall()
+    assert [tuple(r) for r in rows] == [(1, "a@x", 6), (8, "b@x", 2)]
+
+
 def array_table(metadata):
     """A table with array columns, as an application declares it."""
     return sa.Table(

@@ -164,3 +164,45 @@ async fn lookups_through_indexes_match_a_table_without_them() {
         "refused {refused}, compared {compared}"
     );
 }
+
+/// Concurrent upserts arbitrated by a UNIQUE column (not the key): four sessions each
+/// propose 25 rows with fresh ids and the same email. Exactly one row may result, and
+/// every proposal must count once: a proposal that missed another session's new row
+/// would either be refused at commit (23505) or insert a second row.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_upserts_on_a_unique_column_count_every_proposal_once() {
+    let server = Server::start().await;
+    let setup = server.client().await;
+    exec(
+        &setup,
+        "CREATE TABLE hits (id int PRIMARY KEY, email text UNIQUE, n int NOT NULL)",
+    )
+    .await;
+    let mut tasks = Vec::new();
+    for s in 0..4 {
+        let client = server.client().await;
+        tasks.push(tokio::spawn(async move {
+            for i in 0..25 {
+                let sql = format!(
+                    "INSERT INTO hits VALUES ({}, 'same', 1) \
+                     ON CONFLICT (email) DO UPDATE SET n = hits.n + 1",
+                    s * 100 + i
+                );
+                client
+                    .batch_execute(&sql)
+                    .await
+                    .map_err(|e| format!("{sql}: {e:?}"))?;
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for t in tasks {
+        if let Err(e) = t.await.expect("task panicked") {
+            panic!("an upsert failed: {e}");
+        }
+    }
+    assert_eq!(
+        text_rows(&setup, "SELECT email, n FROM hits").await,
+        vec![vec!["same".to_string(), "100".into()]]
+    );
+}

@@ -20,14 +20,14 @@ use datafusion::execution::context::SessionContext;
 use datafusion::scalar::ScalarValue;
 use datafusion::sql::parser::Statement as DFStatement;
 use sqlparser::ast::{
-    AssignmentTarget, ConflictTarget, Expr, FromTable, OnConflictAction, OnInsert, SelectItem,
-    Statement, TableFactor, UpdateTableFromKind,
+    AssignmentTarget, Expr, FromTable, OnConflictAction, SelectItem, Statement, TableFactor,
+    UpdateTableFromKind,
 };
 
 use super::append::{column_positions, insert_target, values_rows};
 use super::naming::quote;
 use super::transaction::Txn;
-use super::{returning, Description, Output, Session};
+use super::{returning, upsert, Description, Output, Session};
 use crate::command::{op, Op, TableWrite};
 use crate::engine::keyed_name;
 use crate::error::{sqlstate, Error, Result};
@@ -275,27 +275,11 @@ impl Session {
             .map(|a| statement::normalize_ident(&a.alias))
             .unwrap_or_else(|| name.clone());
         let rows = self.insert_rows(&table, ins, params).await?;
-        let conflict = match &ins.on {
-            None => None,
-            Some(OnInsert::OnConflict(c)) => {
-                if c.conflict_target.is_none() && matches!(c.action, OnConflictAction::DoUpdate(_))
-                {
-                    return Err(Error::syntax(
-                        "ON CONFLICT DO UPDATE requires inference specification or constraint name",
-                    ));
-                }
-                check_conflict_target(&table, c.conflict_target.as_ref())?;
-                Some(&c.action)
-            }
-            Some(other) => {
-                return Err(Error::unsupported(format!(
-                    "{other} is not supported; use ON CONFLICT"
-                )))
-            }
-        };
+        let conflict = upsert::on_conflict(&table, ins)?;
         let mut ops = Vec::new();
         let mut result_rows = Vec::new();
         let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        let mut taken = upsert::Taken::default();
         let mut to_update: Vec<(Vec<u8>, Vec<ScalarValue>, Vec<ScalarValue>)> = Vec::new();
         // RETURNING lists rows in the order they were proposed
         let mut update_pos: std::collections::HashMap<Vec<u8>, usize> = Default::default();
@@ -304,43 +288,50 @@ impl Session {
                 Some(k) => k,
                 None => self.engine.next_row_id(),
             };
-            match conflict {
+            match &conflict {
                 None => {
                     if seen.contains(&key) || self.tables.peek(&self.engine.tables, &table, &key)? {
                         return Err(table.duplicate(&row));
                     }
                 }
-                Some(OnConflictAction::DoNothing) => {
+                Some((OnConflictAction::DoNothing, arbiters)) => {
                     if seen.contains(&key)
+                        || taken.clashes(arbiters, &row)?
                         || self
-                            .tables
-                            .get(&self.engine.tables, &table, &key)?
+                            .conflicting_row(&table, arbiters, &key, &row)?
                             .is_some()
                     {
                         continue;
                     }
+                    taken.take(arbiters, &row)?;
                 }
-                Some(OnConflictAction::DoUpdate(_)) => {
-                    if seen.contains(&key) {
+                Some((OnConflictAction::DoUpdate(_), arbiters)) => {
+                    let existing = self.conflicting_row(&table, arbiters, &key, &row)?;
+                    let again = match &existing {
+                        Some((k, _)) => seen.contains(k),
+                        None => seen.contains(&key) || taken.clashes(arbiters, &row)?,
+                    };
+                    if again {
                         return Err(Error::new(
                             sqlstate::CARDINALITY_VIOLATION,
                             "ON CONFLICT DO UPDATE command cannot affect row a second time",
                         )
                         .with_detail("Ensure that no rows proposed for insertion within the same command have duplicate constrained values."));
                     }
-                    if let Some(existing) = self.tables.get(&self.engine.tables, &table, &key)? {
-                        seen.insert(key.clone());
-                        update_pos.insert(key.clone(), pos);
-                        to_update.push((key, existing, row));
+                    if let Some((k, existing)) = existing {
+                        seen.insert(k.clone());
+                        update_pos.insert(k.clone(), pos);
+                        to_update.push((k, existing, row));
                         continue;
                     }
+                    taken.take(arbiters, &row)?;
                 }
             }
             seen.insert(key.clone());
             ops.push(Self::write_op(&table, write_kind::INSERT, key, &row)?);
             result_rows.push((pos, row));
         }
-        if let Some(OnConflictAction::DoUpdate(du)) = conflict {
+        if let Some((OnConflictAction::DoUpdate(du), _)) = conflict {
             if !to_update.is_empty() {
                 let updated = self
                     .eval_upsert(&table, &alias, &to_update, du, params)
@@ -849,56 +840,6 @@ pub(super) fn table_targets(table: &Table, ins: &sqlparser::ast::Insert) -> Resu
     }
     let names: Vec<String> = ins.columns.iter().map(statement::table_name).collect();
     column_positions(&table.def.columns, &table.def.name, &names, |_| Ok(()))
-}
-
-/// ON CONFLICT must name the primary key (its columns, or its constraint).
-fn check_conflict_target(table: &Table, target: Option<&ConflictTarget>) -> Result<()> {
-    let no_match = || {
-        Error::new(
-            sqlstate::INVALID_COLUMN_REFERENCE,
-            "there is no unique or exclusion constraint matching the ON CONFLICT specification",
-        )
-    };
-    if table.def.primary_key.is_empty() {
-        return match target {
-            None => Ok(()),
-            Some(_) => Err(no_match()),
-        };
-    }
-    match target {
-        None => Ok(()),
-        Some(ConflictTarget::Columns(cols)) => {
-            let mut named: Vec<String> = cols.iter().map(statement::normalize_ident).collect();
-            let mut key: Vec<String> = table
-                .def
-                .primary_key
-                .iter()
-                .map(|&i| table.def.columns[i].name.clone())
-                .collect();
-            named.sort();
-            named.dedup();
-            key.sort();
-            if named == key {
-                Ok(())
-            } else {
-                Err(no_match())
-            }
-        }
-        Some(ConflictTarget::OnConstraint(n)) => {
-            let name = statement::table_name(n);
-            if name == table.constraint_name() {
-                Ok(())
-            } else {
-                Err(Error::new(
-                    sqlstate::UNDEFINED_OBJECT,
-                    format!(
-                        "constraint \"{name}\" for table \"{}\" does not exist",
-                        table.def.name
-                    ),
-                ))
-            }
-        }
-    }
 }
 
 /// Table name and alias of `UPDATE t [AS a]`.

@@ -84,6 +84,8 @@ fn expr_name(e: &Expr) -> String {
                 .unwrap_or_else(|_| data_type.to_string().to_lowercase()),
         },
         Expr::Nested(inner) => expr_name(inner),
+        // a subscript is named after what it subscripts (`tags[1]` → tags)
+        Expr::CompoundFieldAccess { root, .. } => expr_name(root),
         // a scalar subquery is named after its one column
         Expr::Subquery(q) => match q.body.as_ref() {
             SetExpr::Select(s) => match s.projection.as_slice() {
