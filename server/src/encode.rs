@@ -67,6 +67,15 @@ pub fn column_encoding(field: &Field) -> ColumnEncoding {
     }
 }
 
+/// The elements of row `r` of a list column.
+fn list_items(col: &dyn Array, r: usize) -> Result<arrow::array::ArrayRef, String> {
+    let list = col
+        .as_any()
+        .downcast_ref::<arrow::array::ListArray>()
+        .ok_or_else(|| format!("expected a list, got {}", col.data_type()))?;
+    Ok(list.value(r))
+}
+
 /// A one-dimensional array in PostgreSQL's text format (`{1,NULL,"a b"}`): each element
 /// in its type's own text form, quoted where PostgreSQL's `array_out` quotes it.
 fn encode_array_text(
@@ -76,11 +85,7 @@ fn encode_array_text(
     ctx: &OutputContext,
     out: &mut BytesMut,
 ) -> Result<(), String> {
-    let list = col
-        .as_any()
-        .downcast_ref::<arrow::array::ListArray>()
-        .ok_or_else(|| format!("expected a list, got {}", col.data_type()))?;
-    let values = list.value(r);
+    let values = list_items(col, r)?;
     let trim = matches!(elem, ColumnType::Numeric(None));
     let mut item = BytesMut::new();
     out.put_u8(b'{');
@@ -123,11 +128,7 @@ fn encode_array_binary(
     elem: &ColumnType,
     out: &mut BytesMut,
 ) -> Result<(), String> {
-    let list = col
-        .as_any()
-        .downcast_ref::<arrow::array::ListArray>()
-        .ok_or_else(|| format!("expected a list, got {}", col.data_type()))?;
-    let values = list.value(r);
+    let values = list_items(col, r)?;
     out.put_i32(1);
     out.put_i32(i32::from(values.null_count() > 0));
     out.put_u32(elem.oid());

@@ -291,6 +291,7 @@ pub fn copy_rows(data: &[u8]) -> Result<Vec<Vec<Option<&[u8]>>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::arrays::tests::ints;
 
     /// Reported by a client test: these overflowed (a panic in debug builds, a wrapped value
     /// in release) instead of being refused.
@@ -341,18 +342,6 @@ mod tests {
         // ... but data cut inside a row is an error
         assert!(copy_rows(&d[..d.len() - 3]).is_err());
         assert!(copy_rows(&d[..d.len() - 6]).is_err());
-    }
-
-    fn ints(v: &ScalarValue) -> Vec<Option<i32>> {
-        let ScalarValue::List(l) = v else {
-            panic!("{v:?}")
-        };
-        let values = l.value(0);
-        let a = values
-            .as_any()
-            .downcast_ref::<arrow::array::Int32Array>()
-            .unwrap();
-        a.iter().collect()
     }
 
     #[test]

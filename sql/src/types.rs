@@ -533,7 +533,8 @@ impl ColumnType {
             DataType::Timestamp(_, None) => ColumnType::Timestamp,
             DataType::Date32 | DataType::Date64 => ColumnType::Date,
             DataType::Dictionary(_, v) => return Self::of_arrow(v),
-            DataType::List(item) | DataType::LargeList(item) => {
+            // (a LargeList, which nothing Sluice stores makes, stays unnamed)
+            DataType::List(item) => {
                 ColumnType::Array(ElementType::of(Self::of_arrow(item.data_type())?)?)
             }
             _ => return None,

@@ -235,7 +235,11 @@ fn column_default(e: &sqlparser::ast::Expr, ty: ColumnType) -> Result<Option<Str
         return Ok(None);
     }
     let array = value.to_array()?;
-    let text = arrow::util::display::array_value_to_string(&array, 0)?;
+    let text = match ty {
+        ColumnType::Array(_) => crate::types::arrays::format_text(&array)?,
+        _ => arrow::util::display::array_value_to_string(&array, 0)?,
+    };
+    // the text must read back as the same value (else the default is refused)
     if ty.parse_text(&text)? != value {
         return Err(not_constant());
     }

@@ -128,7 +128,7 @@ fn text_as_list(
 }
 
 fn is_list(t: &DataType) -> bool {
-    matches!(t, DataType::List(_) | DataType::LargeList(_))
+    matches!(t, DataType::List(_))
 }
 
 fn is_comparison(op: Operator) -> bool {

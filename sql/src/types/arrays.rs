@@ -103,6 +103,33 @@ pub fn parse_text(elem: ColumnType, s: &str) -> Result<ScalarValue> {
     Ok(list_of(elem, &values))
 }
 
+/// The first list of `lists` as array text (`{a,"b c",NULL}`), each element as Arrow
+/// displays it, quoted where needed. What a stream column's default stores; the caller
+/// checks that it reads back as the same value.
+pub fn format_text(lists: &ArrayRef) -> Result<String> {
+    let list = lists
+        .as_any()
+        .downcast_ref::<arrow::array::ListArray>()
+        .ok_or_else(|| Error::internal(format!("{} is not a list", lists.data_type())))?;
+    let items = list.value(0);
+    let mut out = String::from("{");
+    for i in 0..items.len() {
+        if i > 0 {
+            out.push(',');
+        }
+        if items.is_null(i) {
+            out.push_str("NULL");
+            continue;
+        }
+        let v = arrow::util::display::array_value_to_string(&items, i)?;
+        out.push('"');
+        out.push_str(&v.replace('\\', "\\\\").replace('"', "\\\""));
+        out.push('"');
+    }
+    out.push('}');
+    Ok(out)
+}
+
 /// A list value as an array of `elem`: each element converted and checked by `elem`'s own
 /// rules (as a column of that type would), so `ARRAY[1,2]` fits an `int8[]` column and
 /// `ARRAY['x']` does not fit an `int4[]` one.
@@ -161,10 +188,11 @@ pub(crate) fn list_of(elem: ColumnType, values: &[ScalarValue]) -> ScalarValue {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn ints(v: &ScalarValue) -> Vec<Option<i32>> {
+    /// The elements of an `int4[]` value.
+    pub(crate) fn ints(v: &ScalarValue) -> Vec<Option<i32>> {
         let ScalarValue::List(l) = v else {
             panic!("{v:?}")
         };
