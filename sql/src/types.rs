@@ -698,16 +698,7 @@ impl ColumnType {
                 )
         );
         if !ok {
-            return Err(Error::new(
-                sqlstate::DATATYPE_MISMATCH,
-                format!(
-                    "column is of type {} but expression is of type {}",
-                    self.sql_name(),
-                    ColumnType::of_arrow(&v.data_type())
-                        .map(|t| t.sql_name())
-                        .unwrap_or_else(|| v.data_type().to_string())
-                ),
-            ));
+            return Err(self.mismatch(&v));
         }
         if let (ColumnType::Numeric(_), ScalarValue::Float32(_) | ScalarValue::Float64(_)) =
             (self, &v)
@@ -737,6 +728,20 @@ impl ColumnType {
             }
             _ => Ok(v),
         }
+    }
+
+    /// 42804: `v` cannot be a value of this column type.
+    pub(crate) fn mismatch(&self, v: &ScalarValue) -> Error {
+        Error::new(
+            sqlstate::DATATYPE_MISMATCH,
+            format!(
+                "column is of type {} but expression is of type {}",
+                self.sql_name(),
+                ColumnType::of_arrow(&v.data_type())
+                    .map(|t| t.sql_name())
+                    .unwrap_or_else(|| v.data_type().to_string())
+            ),
+        )
     }
 
     /// Whether every value of this type's Arrow type is a valid value: no length,

@@ -138,18 +138,7 @@ pub fn coerce(elem: ColumnType, v: &ScalarValue) -> Result<ScalarValue> {
         ScalarValue::List(l) if l.len() == 1 => l.value(0),
         ScalarValue::LargeList(l) if l.len() == 1 => l.value(0),
         ScalarValue::FixedSizeList(l) if l.len() == 1 => l.value(0),
-        other => {
-            return Err(Error::new(
-                sqlstate::DATATYPE_MISMATCH,
-                format!(
-                    "column is of type {}[] but expression is of type {}",
-                    elem.sql_name(),
-                    ColumnType::of_arrow(&other.data_type())
-                        .map(|t| t.sql_name())
-                        .unwrap_or_else(|| other.data_type().to_string())
-                ),
-            ))
-        }
+        other => return Err(ColumnType::array_of(elem).mismatch(other)),
     };
     let values = (0..items.len())
         .map(|i| match ScalarValue::try_from_array(&items, i)? {
