@@ -206,6 +206,9 @@ pub struct CreateIndex {
     /// The index of a `UNIQUE` constraint (see `IndexDef::constraint`).
     #[prost(bool, tag = "7")]
     pub constraint: bool,
+    /// Each column's `indoption` (see `IndexDef::options`; empty: all ascending).
+    #[prost(uint32, repeated, tag = "8")]
+    pub options: Vec<u32>,
 }
 
 /// `DROP INDEX name`: its entries go with the table's next checkpoint.

@@ -146,6 +146,11 @@ pub struct TableDef {
     pub indexes: Vec<IndexDef>,
 }
 
+/// `pg_index.indoption` bit: the column is `DESC`.
+pub const INDOPTION_DESC: u32 = 1;
+/// `pg_index.indoption` bit: the column's NULLs come first.
+pub const INDOPTION_NULLS_FIRST: u32 = 2;
+
 /// A secondary index of a table: its entries live in the table store under `id`, one per
 /// row, keyed by the indexed values then the row's key (see `table::index`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,6 +161,12 @@ pub struct IndexDef {
     pub name: String,
     /// Positions of the indexed columns in the table.
     pub columns: Vec<usize>,
+    /// Each column's `pg_index.indoption` as `CREATE INDEX` wrote it ([`INDOPTION_DESC`],
+    /// [`INDOPTION_NULLS_FIRST`]; empty: all ascending, NULLs last). Entries are always kept
+    /// ascending with NULLs last: a B-tree serves lookups and ranges in either direction, and
+    /// no plan reads an index for its order, so the options are what the catalogs show.
+    #[serde(default)]
+    pub options: Vec<u32>,
     /// No two rows with the same non-NULL values (23505).
     pub unique: bool,
     /// The index of a `UNIQUE` constraint of `CREATE TABLE` (in `pg_constraint`; `DROP

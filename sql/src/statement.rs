@@ -71,6 +71,8 @@ pub enum Parsed {
         name: Option<String>,
         table: String,
         columns: Vec<String>,
+        /// Each column's `indoption` (see `IndexDef::options`).
+        options: Vec<u32>,
         unique: bool,
         if_not_exists: bool,
     },

@@ -2106,6 +2106,19 @@ async fn output_names_may_repeat_as_in_postgresql() {
         .await,
         ["tags", "array", "?column?"]
     );
+    // a subquery correlated by more than equalities is planned as a join (see
+    // system/decorrelate.rs) and still named after its one column
+    ok(&mut s, "CREATE TABLE cn (id int PRIMARY KEY, b int)").await;
+    assert_eq!(
+        columns(
+            &mut s,
+            "SELECT (SELECT count(*) FROM cn AS x WHERE x.b < cn.b), \
+             (SELECT max(x.id) AS top FROM cn AS x WHERE x.b > cn.b), \
+             (SELECT min(x.b) FROM cn AS x WHERE x.id <> cn.id) + 1 FROM cn"
+        )
+        .await,
+        ["count", "top", "?column?"]
+    );
     // an ORDER BY on a repeated name takes the first, and an alias still sorts
     assert_eq!(
         rows(&mut s, "SELECT b AS x, a AS x FROM d ORDER BY x").await,

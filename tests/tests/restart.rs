@@ -432,7 +432,12 @@ async fn indexes_survive(how: Stop, checkpoint_entries: &str) {
         "CREATE UNIQUE INDEX accounts_email ON accounts (email)",
     )
     .await;
-    exec(&client, "CREATE INDEX accounts_region ON accounts (region)").await;
+    // a column's order options are part of the definition that must come back
+    exec(
+        &client,
+        "CREATE INDEX accounts_region ON accounts (region DESC NULLS LAST)",
+    )
+    .await;
     exec(
         &client,
         "CREATE INDEX accounts_gone ON accounts (region, email)",
@@ -482,6 +487,18 @@ async fn indexes_survive(how: Stop, checkpoint_entries: &str) {
             vec!["accounts_pkey".into()],
             vec!["accounts_region".into()]
         ],
+        "{ctx}"
+    );
+    assert_eq!(
+        text_rows(
+            &client,
+            "SELECT pg_get_indexdef('accounts_region'::regclass)"
+        )
+        .await,
+        vec![vec![
+            "CREATE INDEX accounts_region ON public.accounts USING btree (region DESC NULLS LAST)"
+                .to_string()
+        ]],
         "{ctx}"
     );
     let err = client

@@ -69,6 +69,7 @@ impl Database {
                         oid: 0,
                         name: c.name.clone(),
                         columns: column_positions(&table, &c.columns)?,
+                        options: c.options.clone(),
                         unique: c.unique,
                         constraint: c.constraint,
                     };
@@ -200,6 +201,7 @@ impl Database {
             oid: self.next_oid,
             name: c.name,
             columns,
+            options: c.options,
             unique: c.unique,
             constraint: c.constraint,
         });

@@ -52,11 +52,19 @@ impl Session {
                 name,
                 table,
                 columns,
+                options,
                 unique,
                 if_not_exists,
             } => {
-                self.create_index(name.as_deref(), table, columns, *unique, *if_not_exists)
-                    .await
+                self.create_index(
+                    name.as_deref(),
+                    table,
+                    columns,
+                    options,
+                    *unique,
+                    *if_not_exists,
+                )
+                .await
             }
             Parsed::DropIndex { names, if_exists } => self.drop_indexes(names, *if_exists).await,
             Parsed::AlterCluster(change) => self.alter_cluster(change).await,

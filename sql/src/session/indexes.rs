@@ -22,6 +22,7 @@ impl Session {
         name: Option<&str>,
         table: &str,
         columns: &[String],
+        options: &[u32],
         unique: bool,
         if_not_exists: bool,
     ) -> Result<Output> {
@@ -72,6 +73,7 @@ impl Session {
             unique,
             if_not_exists,
             constraint: false,
+            options: options.to_vec(),
         };
         self.run_ddl(vec![op::Kind::CreateIndex(op)], "CREATE INDEX")
             .await
@@ -171,6 +173,7 @@ impl Session {
                 unique: true,
                 if_not_exists: false,
                 constraint: true,
+                options: Vec::new(),
             }));
         }
         Ok(out)

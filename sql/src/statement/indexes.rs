@@ -3,16 +3,17 @@
 //!
 //! Indexes are B-trees over columns of a table (see `table::index`). What PostgreSQL's
 //! indexes have beyond that — expressions, partial indexes (`WHERE`), `INCLUDE`, other
-//! access methods, operator classes, `DESC` or `NULLS FIRST` order, `NULLS NOT DISTINCT`,
-//! storage parameters, `CONCURRENTLY` — is refused with `0A000` naming it, never accepted
-//! and ignored.
+//! access methods, operator classes, `NULLS NOT DISTINCT`, storage parameters,
+//! `CONCURRENTLY` — is refused with `0A000` naming it, never accepted and ignored. A
+//! column's `DESC` / `NULLS FIRST` is kept as PostgreSQL's `indoption` (see
+//! [`IndexDef::options`]): the entries' order serves lookups either way.
 
 use sqlparser::ast::{
     CreateIndex, Expr, Ident, IndexType, NullsDistinctOption, ObjectName, UniqueConstraint,
 };
 
 use super::{normalize_ident, object_name, sqlparser, Parsed};
-use crate::definition::{ColumnDef, IndexDef};
+use crate::definition::{ColumnDef, IndexDef, INDOPTION_DESC, INDOPTION_NULLS_FIRST};
 use crate::error::{sqlstate, Error, Result};
 
 pub(super) fn classify_create(ci: CreateIndex) -> Result<Parsed> {
@@ -43,17 +44,24 @@ pub(super) fn classify_create(ci: CreateIndex) -> Result<Parsed> {
         return Err(Error::unsupported(*what));
     }
     let mut columns = Vec::with_capacity(ci.columns.len());
+    let mut options = Vec::with_capacity(ci.columns.len());
     for c in &ci.columns {
         if c.operator_class.is_some() {
             return Err(Error::unsupported(
                 "index operator classes are not supported",
             ));
         }
-        if c.column.options.asc == Some(false) || c.column.options.nulls_first == Some(true) {
-            return Err(Error::unsupported(
-                "DESC and NULLS FIRST index columns are not supported (indexes are ascending, NULLs last)",
-            ));
-        }
+        let desc = c.column.options.asc == Some(false);
+        // as PostgreSQL: DESC puts NULLs first unless told otherwise
+        let nulls_first = c.column.options.nulls_first.unwrap_or(desc);
+        options.push(
+            if desc { INDOPTION_DESC } else { 0 }
+                | if nulls_first {
+                    INDOPTION_NULLS_FIRST
+                } else {
+                    0
+                },
+        );
         match &c.column.expr {
             Expr::Identifier(id) => columns.push(normalize_ident(id)),
             other => {
@@ -67,6 +75,7 @@ pub(super) fn classify_create(ci: CreateIndex) -> Result<Parsed> {
         name: ci.name.as_ref().map(object_name),
         table: object_name(&ci.table_name),
         columns,
+        options,
         unique: ci.unique,
         if_not_exists: ci.if_not_exists,
     })
@@ -143,6 +152,7 @@ pub(super) fn unique_indexes(
                 oid: 0,
                 name,
                 columns: positions,
+                options: Vec::new(),
                 unique: true,
                 constraint: true,
             })

@@ -36,6 +36,7 @@ static QUERY_RULES: LazyLock<Vec<Box<dyn SqlStatementRewriteRule>>> = LazyLock::
         Box::new(rules::FixVersionColumnName),
         Box::new(super::rewrite::PgFunctions),
         Box::new(super::rewrite::IntLiterals),
+        Box::new(super::decorrelate::CorrelatedAggregates),
     ]
 });
 

@@ -17,6 +17,7 @@
 //! returns them, in that order.
 
 pub mod client_sql;
+mod decorrelate;
 mod format_type;
 mod information_schema;
 mod pg_catalog;
@@ -37,6 +38,7 @@ use datafusion::execution::context::SessionContext;
 use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
 
 use crate::catalog::Catalog;
+use crate::definition::{INDOPTION_DESC, INDOPTION_NULLS_FIRST};
 use crate::settings::SharedVars;
 use crate::types::ColumnType;
 use pg_functions::quote_ident;
@@ -141,6 +143,8 @@ pub(crate) struct RelIndex {
     pub name: String,
     /// Attribute numbers (1-based) of the indexed columns.
     pub columns: Vec<i16>,
+    /// Each column's `indoption` (empty: all 0).
+    pub options: Vec<u32>,
     pub unique: bool,
     pub primary: bool,
     /// The index of a UNIQUE constraint (`pg_constraint` lists it, as a primary key's).
@@ -148,6 +152,11 @@ pub(crate) struct RelIndex {
 }
 
 impl RelIndex {
+    /// Column `i`'s `indoption`.
+    pub fn option(&self, i: usize) -> u32 {
+        self.options.get(i).copied().unwrap_or(0)
+    }
+
     /// The index of a constraint: a primary key or a UNIQUE constraint.
     pub fn is_constraint(&self) -> bool {
         self.primary || self.constraint
@@ -185,6 +194,7 @@ impl Relation {
                 oid: self.index_oid,
                 name: self.pkey_name(),
                 columns: self.key.clone(),
+                options: Vec::new(),
                 unique: true,
                 primary: true,
                 constraint: true,
@@ -211,7 +221,23 @@ impl Relation {
 
     /// `CREATE [UNIQUE] INDEX ...` as `pg_get_indexdef` and `pg_indexes` show it.
     pub fn index_definition(&self, x: &RelIndex) -> String {
-        let cols = self.column_list(&x.columns);
+        let cols = x
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| {
+                let name = quote_ident(&self.columns[k as usize - 1].name);
+                let desc = x.option(i) & INDOPTION_DESC != 0;
+                let nulls_first = x.option(i) & INDOPTION_NULLS_FIRST != 0;
+                match (desc, nulls_first) {
+                    (true, true) => format!("{name} DESC"),
+                    (true, false) => format!("{name} DESC NULLS LAST"),
+                    (false, true) => format!("{name} NULLS FIRST"),
+                    (false, false) => name,
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
         format!(
             "CREATE {}INDEX {} ON {}.{} USING btree ({cols})",
             if x.unique { "UNIQUE " } else { "" },
@@ -309,6 +335,7 @@ pub(crate) fn relations(engine: &dyn CatalogSource) -> Vec<Relation> {
                     oid: x.oid as i32,
                     name: x.name.clone(),
                     columns: x.columns.iter().map(|&c| c as i16 + 1).collect(),
+                    options: x.options.clone(),
                     unique: x.unique,
                     primary: false,
                     constraint: x.constraint,

@@ -630,7 +630,11 @@ fn pg_index(rels: &[Relation]) -> DFResult<Arc<dyn TableProvider>> {
                 i2_list(&x.columns),
                 oid_list(&collations),
                 oid_list(&vec![0; x.columns.len()]),
-                i2_list(&vec![0; x.columns.len()]),
+                i2_list(
+                    &(0..x.columns.len())
+                        .map(|i| x.option(i) as i16)
+                        .collect::<Vec<_>>(),
+                ),
                 null_s(),
                 null_s(),
             ]);

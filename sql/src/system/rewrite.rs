@@ -610,7 +610,7 @@ fn contains_aggregate(e: &Expr) -> bool {
     f.0
 }
 
-fn is_aggregate(e: &Expr) -> bool {
+pub(super) fn is_aggregate(e: &Expr) -> bool {
     match e {
         Expr::Function(f) => f
             .name
