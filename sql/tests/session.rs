@@ -2119,6 +2119,17 @@ async fn output_names_may_repeat_as_in_postgresql() {
         .await,
         ["count", "top", "?column?"]
     );
+    // EXPLAIN plans the same join (it printed physical_plan_error before)
+    let plan = rows(
+        &mut s,
+        "EXPLAIN SELECT (SELECT count(*) FROM cn AS x WHERE x.b < cn.b) FROM cn",
+    )
+    .await;
+    assert!(
+        plan.iter().all(|r| r[0] != "physical_plan_error")
+            && plan.iter().any(|r| r[1].contains("Left Join")),
+        "{plan:?}"
+    );
     // an ORDER BY on a repeated name takes the first, and an alias still sorts
     assert_eq!(
         rows(&mut s, "SELECT b AS x, a AS x FROM d ORDER BY x").await,

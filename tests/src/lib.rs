@@ -141,3 +141,34 @@ pub async fn assert_gapless(client: &Client, stream: &str) -> i64 {
     }
     rows.len() as i64
 }
+
+/// A simple query's messages as sqllogictest output: the last result's rows, each value
+/// rendered by `render(column, value)`, or the statement's row count.
+pub fn slt_output(
+    messages: Vec<SimpleQueryMessage>,
+    render: impl Fn(usize, Option<&str>) -> String,
+) -> sqllogictest::DBOutput<sqllogictest::DefaultColumnType> {
+    let mut columns = None;
+    let mut rows = Vec::new();
+    let mut count = 0;
+    for message in messages {
+        match message {
+            SimpleQueryMessage::RowDescription(desc) => {
+                columns = Some(desc.len());
+                rows.clear();
+            }
+            SimpleQueryMessage::Row(row) => {
+                rows.push((0..row.len()).map(|i| render(i, row.get(i))).collect());
+            }
+            SimpleQueryMessage::CommandComplete(n) => count = n,
+            _ => {}
+        }
+    }
+    match columns {
+        Some(n) => sqllogictest::DBOutput::Rows {
+            types: vec![sqllogictest::DefaultColumnType::Any; n],
+            rows,
+        },
+        None => sqllogictest::DBOutput::StatementComplete(count),
+    }
+}

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice_tests::{within, Server};
+use sluice_tests::{slt_output, within, Server};
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType, Runner};
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, NoTls};
 
 /// One file may take this long in total.
 const FILE_TIMEOUT: Duration = Duration::from_secs(180);
@@ -84,29 +84,7 @@ impl AsyncDB for SimpleConn {
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, SltError> {
         let messages = self.client.simple_query(sql).await?;
-        let mut columns = None;
-        let mut rows = Vec::new();
-        let mut count = 0;
-        for message in messages {
-            match message {
-                SimpleQueryMessage::RowDescription(desc) => {
-                    columns = Some(desc.len());
-                    rows.clear();
-                }
-                SimpleQueryMessage::Row(row) => {
-                    rows.push((0..row.len()).map(|i| render(row.get(i))).collect());
-                }
-                SimpleQueryMessage::CommandComplete(n) => count = n,
-                _ => {}
-            }
-        }
-        Ok(match columns {
-            Some(n) => DBOutput::Rows {
-                types: vec![DefaultColumnType::Any; n],
-                rows,
-            },
-            None => DBOutput::StatementComplete(count),
-        })
+        Ok(slt_output(messages, |_, value| render(value)))
     }
 
     async fn shutdown(&mut self) {}

@@ -15,7 +15,7 @@
 
 use std::sync::LazyLock;
 
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{SetExpr, Statement};
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion_pg_catalog::sql::rules::{self, SqlStatementRewriteRule};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
@@ -36,7 +36,6 @@ static QUERY_RULES: LazyLock<Vec<Box<dyn SqlStatementRewriteRule>>> = LazyLock::
         Box::new(rules::FixVersionColumnName),
         Box::new(super::rewrite::PgFunctions),
         Box::new(super::rewrite::IntLiterals),
-        Box::new(super::decorrelate::CorrelatedAggregates),
     ]
 });
 
@@ -118,6 +117,19 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
                     statement: Box::new(QUERY_RULES.iter().fold(*statement, |s, r| r.rewrite(s))),
                 },
                 other => other,
+            })
+            // every query inside any statement (EXPLAIN, INSERT ... SELECT, CREATE VIEW,
+            // DECLARE, COPY (query) TO); not INSERT ... VALUES, which has no FROM to
+            // correlate with and is the appends' hot path
+            .map(|s| match &s {
+                Statement::Insert(i)
+                    if i.source
+                        .as_ref()
+                        .is_some_and(|q| matches!(q.body.as_ref(), SetExpr::Values(_))) =>
+                {
+                    s
+                }
+                _ => super::decorrelate::CorrelatedAggregates.rewrite(s),
             })
             .collect()),
         // reads the catalogs, or (a client catalog query the crate knows)

@@ -59,23 +59,39 @@ use super::rewrite::is_aggregate;
 /// join found no inner row.
 const MARKER: &str = "__sluice_m";
 
+/// At most this much SQL text is added to one statement. Each rewrite copies
+/// the outer FROM item into the derived table, and a copied FROM item may
+/// hold correlated subqueries of its own, so without a bound a statement
+/// within `max_statement_bytes` could grow without end; past it, the rest is
+/// left to DataFusion (`0A000`, as before this rewrite).
+pub const MAX_ADDED_BYTES: usize = 256 << 10;
+
 /// The rewrite described in the module docs.
 #[derive(Debug)]
 pub struct CorrelatedAggregates;
 
 impl SqlStatementRewriteRule for CorrelatedAggregates {
     fn rewrite(&self, mut s: Statement) -> Statement {
-        let _ = VisitMut::visit(&mut s, &mut Decorrelate { next: 1 });
+        let mut budget = Budget {
+            next: 1,
+            left: MAX_ADDED_BYTES,
+        };
+        let _ = VisitMut::visit(&mut s, &mut Decorrelate(&mut budget));
         s
     }
 }
 
-struct Decorrelate {
+/// What one statement's rewrites share.
+struct Budget {
     /// Number of the next derived table (`__sluice_sqN`), unique in the statement.
     next: usize,
+    /// SQL text that may still be added (see [`MAX_ADDED_BYTES`]).
+    left: usize,
 }
 
-impl VisitorMut for Decorrelate {
+struct Decorrelate<'a>(&'a mut Budget);
+
+impl VisitorMut for Decorrelate<'_> {
     type Break = ();
 
     fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
@@ -84,7 +100,7 @@ impl VisitorMut for Decorrelate {
     }
 }
 
-impl Decorrelate {
+impl Decorrelate<'_> {
     fn set_expr(&mut self, body: &mut SetExpr) {
         match body {
             SetExpr::Select(select) => self.select(select),
@@ -98,6 +114,14 @@ impl Decorrelate {
 
     /// Rewrites the qualifying subqueries of one SELECT's select list and WHERE.
     fn select(&mut self, select: &mut Select) {
+        let candidates = select
+            .projection
+            .iter()
+            .any(|item| matches!(item, SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } if has_subquery(e)))
+            || select.selection.as_ref().is_some_and(has_subquery);
+        if !candidates || self.0.left == 0 {
+            return;
+        }
         let outer = Outer::of(select);
         if outer.relations.is_empty() {
             return;
@@ -117,7 +141,7 @@ impl Decorrelate {
             else {
                 continue;
             };
-            let _ = VisitMut::visit(expr, &mut Replace::new(&outer, &mut self.next, &mut found));
+            let _ = VisitMut::visit(expr, &mut Replace::new(&outer, self.0, &mut found));
             // `SELECT (SELECT count(*) ...)` keeps the column name PostgreSQL gives it
             if let Some(name) = name.filter(|_| !matches!(expr, Expr::Subquery(_))) {
                 *item = SelectItem::ExprWithAlias {
@@ -127,10 +151,7 @@ impl Decorrelate {
             }
         }
         if let Some(selection) = &mut select.selection {
-            let _ = VisitMut::visit(
-                selection,
-                &mut Replace::new(&outer, &mut self.next, &mut found),
-            );
+            let _ = VisitMut::visit(selection, &mut Replace::new(&outer, self.0, &mut found));
         }
         for (from, join) in found {
             select.from[from].joins.push(join);
@@ -263,16 +284,16 @@ fn subquery_name(q: &Query) -> String {
 /// deeper) with a column of a new derived table, collecting the joins.
 struct Replace<'a> {
     outer: &'a Outer,
-    next: &'a mut usize,
+    budget: &'a mut Budget,
     found: &'a mut Vec<(usize, Join)>,
     depth: usize,
 }
 
 impl<'a> Replace<'a> {
-    fn new(outer: &'a Outer, next: &'a mut usize, found: &'a mut Vec<(usize, Join)>) -> Self {
+    fn new(outer: &'a Outer, budget: &'a mut Budget, found: &'a mut Vec<(usize, Join)>) -> Self {
         Replace {
             outer,
-            next,
+            budget,
             found,
             depth: 0,
         }
@@ -299,9 +320,14 @@ impl VisitorMut for Replace<'_> {
         let Expr::Subquery(q) = e else {
             return ControlFlow::Continue(());
         };
-        let name = format!("__sluice_sq{}", self.next);
-        if let Some((from, join)) = decorrelated(q, self.outer, &name) {
-            *self.next += 1;
+        let name = format!("__sluice_sq{}", self.budget.next);
+        let Some((from, join)) = decorrelated(q, self.outer, &name, self.budget.left) else {
+            return ControlFlow::Continue(());
+        };
+        let added = join.to_string().len();
+        if added <= self.budget.left {
+            self.budget.left -= added;
+            self.budget.next += 1;
             self.found.push((from, join));
             *e = Expr::CompoundIdentifier(vec![Ident::new(name), Ident::new("__sluice_v")]);
         }
@@ -351,8 +377,9 @@ fn inner_of(q: &Query) -> Option<Inner<'_>> {
 }
 
 /// The join that computes `q` for every outer row, and which FROM item of
-/// the enclosing SELECT it joins; `None` when `q` does not qualify.
-fn decorrelated(q: &Query, outer: &Outer, name: &str) -> Option<(usize, Join)> {
+/// the enclosing SELECT it joins; `None` when `q` does not qualify or its
+/// FROM item alone is longer than `left` bytes.
+fn decorrelated(q: &Query, outer: &Outer, name: &str, left: usize) -> Option<(usize, Join)> {
     let inner = inner_of(q)?;
     let [SelectItem::UnnamedExpr(value) | SelectItem::ExprWithAlias { expr: value, .. }] =
         inner.select.projection.as_slice()
@@ -366,6 +393,9 @@ fn decorrelated(q: &Query, outer: &Outer, name: &str) -> Option<(usize, Join)> {
     // the outer columns the condition reads, all from relations of one FROM item
     let refs = outer_refs(condition, &inner.qualifier)?;
     let from = outer.item_of(&refs.first()?.0)?;
+    if outer.items[from].len() > left {
+        return None;
+    }
     if refs.iter().any(|(q, _)| outer.item_of(q) != Some(from))
         || !outer_refs(value, &inner.qualifier)?.is_empty()
         || only_equalities(condition, &inner.qualifier)
@@ -617,5 +647,79 @@ impl VisitorMut for ToDomain<'_> {
             }
         }
         ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewritten(sql: &str) -> String {
+        let stmt = Parser::new(&PostgreSqlDialect {})
+            .try_with_sql(sql)
+            .and_then(|mut p| p.parse_statement())
+            .expect("parse");
+        CorrelatedAggregates.rewrite(stmt).to_string()
+    }
+
+    #[test]
+    fn a_count_correlated_by_less_than_becomes_a_left_join() {
+        let out = rewritten("SELECT a, (SELECT count(*) FROM t1 AS x WHERE x.b < t1.b) FROM t1");
+        assert!(!out.contains("(SELECT count(*)"), "{out}");
+        assert!(out.contains("count(\"x\".__sluice_m)"), "{out}");
+        assert!(out.contains("IS NOT DISTINCT FROM \"t1\".b"), "{out}");
+        assert!(out.contains("AS count"), "{out}");
+    }
+
+    #[test]
+    fn what_datafusion_decorrelates_or_this_cannot_is_left_alone() {
+        for sql in [
+            // equalities only: DataFusion's own decorrelation
+            "SELECT (SELECT count(*) FROM t1 AS x WHERE x.b = t1.b) FROM t1",
+            // not an aggregate
+            "SELECT (SELECT x.a FROM t1 AS x WHERE x.b < t1.b LIMIT 1) FROM t1",
+            // an aggregate of a constant other than count: 1 where nothing matches
+            "SELECT (SELECT max(1) FROM t1 AS x WHERE x.b < t1.b) FROM t1",
+            // the outer column outside WHERE
+            "SELECT (SELECT count(*) + t1.a FROM t1 AS x WHERE x.b < t1.b) FROM t1",
+            // in the select list of a grouped query
+            "SELECT count(*), (SELECT count(*) FROM t1 AS x WHERE x.b < t1.b) FROM t1",
+            // two inner relations
+            "SELECT (SELECT count(*) FROM t1 AS x, t2 WHERE x.b < t1.b) FROM t1",
+        ] {
+            let parsed = Parser::new(&PostgreSqlDialect {})
+                .try_with_sql(sql)
+                .and_then(|mut p| p.parse_statement())
+                .expect("parse")
+                .to_string();
+            assert_eq!(rewritten(sql), parsed, "{sql}");
+        }
+    }
+
+    /// Each level's FROM item holds the level below with eight correlated subqueries, and
+    /// every rewrite copies its FROM item: unbounded, the text would grow as 8^8. The rewrite
+    /// stops adding at `MAX_ADDED_BYTES` (without the bound this test does not finish).
+    #[test]
+    fn nested_copies_stop_at_the_budget() {
+        let mut sql = "SELECT b FROM t".to_string();
+        for level in 0..8 {
+            let subs: Vec<String> = (0..8)
+                .map(|i| {
+                    format!("(SELECT count(*) FROM t AS x WHERE x.b < l{level}.b + {i}) AS c{i}")
+                })
+                .collect();
+            sql = format!(
+                "SELECT l{level}.b, {} FROM ({sql}) AS l{level}",
+                subs.join(", ")
+            );
+        }
+        let out = rewritten(&sql);
+        assert!(out.contains("__sluice_sq1"), "nothing was rewritten");
+        assert!(
+            out.len() <= sql.len() + MAX_ADDED_BYTES,
+            "{} bytes from {}",
+            out.len(),
+            sql.len()
+        );
     }
 }

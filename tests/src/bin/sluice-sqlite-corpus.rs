@@ -27,12 +27,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use clap::Parser;
-use sluice_tests::Server;
+use sluice_tests::{slt_output, Server};
 use sqllogictest::{
     AsyncDB, Control, DBOutput, DefaultColumnType, QueryExpect, Record, RecordOutput, ResultMode,
     Runner,
 };
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, NoTls};
 
 /// The files acceptance 1 of issue 22 names: select1–5 and the `index/*/10`
 /// files this corpus copy carries (`between` and `in` are larger than the
@@ -158,36 +158,9 @@ impl AsyncDB for Conn {
             .await
             .map_err(|_| CorpusError(format!("timed out after {STATEMENT_TIMEOUT:?}")))??;
         let letters = self.letters.lock().expect("letters lock").clone();
-        let mut columns = None;
-        let mut rows = Vec::new();
-        let mut count = 0;
-        for message in messages {
-            match message {
-                SimpleQueryMessage::RowDescription(desc) => {
-                    columns = Some(desc.len());
-                    rows.clear();
-                }
-                SimpleQueryMessage::Row(row) => rows.push(
-                    (0..row.len())
-                        .map(|i| {
-                            render(
-                                row.get(i),
-                                letters.get(i).unwrap_or(&DefaultColumnType::Any),
-                            )
-                        })
-                        .collect(),
-                ),
-                SimpleQueryMessage::CommandComplete(n) => count = n,
-                _ => {}
-            }
-        }
-        Ok(match columns {
-            Some(n) => DBOutput::Rows {
-                types: vec![DefaultColumnType::Any; n],
-                rows,
-            },
-            None => DBOutput::StatementComplete(count),
-        })
+        Ok(slt_output(messages, |i, value| {
+            render(value, letters.get(i).unwrap_or(&DefaultColumnType::Any))
+        }))
     }
 
     async fn shutdown(&mut self) {}
