@@ -2113,11 +2113,11 @@ async fn output_names_may_repeat_as_in_postgresql() {
         columns(
             &mut s,
             "SELECT (SELECT count(*) FROM cn AS x WHERE x.b < cn.b), \
-             (SELECT max(x.id) AS top FROM cn AS x WHERE x.b > cn.b), \
+             (SELECT max(x.id) AS \"Top\" FROM cn AS x WHERE x.b > cn.b), \
              (SELECT min(x.b) FROM cn AS x WHERE x.id <> cn.id) + 1 FROM cn"
         )
         .await,
-        ["count", "top", "?column?"]
+        ["count", "Top", "?column?"]
     );
     // EXPLAIN plans the same join (it printed physical_plan_error before)
     let plan = rows(

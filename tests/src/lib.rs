@@ -76,9 +76,17 @@ pub fn expect_sqlstate<T: std::fmt::Debug>(
 /// Runs `sql` with the simple query protocol and returns the rows of its
 /// (last) result set as text; SQL NULL is `None`.
 pub async fn simple_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    let messages = within(STATEMENT_TIMEOUT, sql, client.simple_query(sql))
+    try_simple_rows(client, sql)
         .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+}
+
+/// Like [`simple_rows`], with the statement's error returned.
+pub async fn try_simple_rows(
+    client: &Client,
+    sql: &str,
+) -> Result<Vec<Vec<Option<String>>>, tokio_postgres::Error> {
+    let messages = within(STATEMENT_TIMEOUT, sql, client.simple_query(sql)).await?;
     let mut rows = Vec::new();
     for message in messages {
         match message {
@@ -91,7 +99,7 @@ pub async fn simple_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>>
             _ => {}
         }
     }
-    rows
+    Ok(rows)
 }
 
 /// Like [`simple_rows`] for results without NULLs: `"NULL"` stands for one.

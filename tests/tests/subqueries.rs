@@ -17,8 +17,8 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sluice_tests::{error_message, exec, simple_rows, sqlstate, within, Server, STATEMENT_TIMEOUT};
-use tokio_postgres::{Client, SimpleQueryMessage};
+use sluice_tests::{error_message, exec, simple_rows, sqlstate, try_simple_rows, Server};
+use tokio_postgres::Client;
 
 const SEED: u64 = 22;
 /// The value columns; the stream `cs` has only the first two.
@@ -442,28 +442,13 @@ async fn load(client: &Client, rng: &mut StdRng) -> Data {
 
 /// The rows of the query's (last) result set, or its error.
 async fn answer(client: &Client, sql: &str) -> Result<Rows, String> {
-    let messages = within(STATEMENT_TIMEOUT, sql, client.simple_query(sql))
-        .await
-        .map_err(|e| {
-            format!(
-                "error {}: {}",
-                sqlstate(&e).unwrap_or("-"),
-                error_message(&e)
-            )
-        })?;
-    let mut rows = Vec::new();
-    for message in messages {
-        match message {
-            SimpleQueryMessage::RowDescription(_) => rows.clear(),
-            SimpleQueryMessage::Row(row) => rows.push(
-                (0..row.len())
-                    .map(|i| row.get(i).map(str::to_string))
-                    .collect(),
-            ),
-            _ => {}
-        }
-    }
-    Ok(rows)
+    try_simple_rows(client, sql).await.map_err(|e| {
+        format!(
+            "error {}: {}",
+            sqlstate(&e).unwrap_or("-"),
+            error_message(&e)
+        )
+    })
 }
 
 /// Rows on one line: values joined by `:`, rows by spaces.

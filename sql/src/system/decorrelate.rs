@@ -114,11 +114,12 @@ impl Decorrelate<'_> {
 
     /// Rewrites the qualifying subqueries of one SELECT's select list and WHERE.
     fn select(&mut self, select: &mut Select) {
-        let candidates = select
-            .projection
-            .iter()
-            .any(|item| matches!(item, SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } if has_subquery(e)))
-            || select.selection.as_ref().is_some_and(has_subquery);
+        let candidates = select.projection.iter().any(|item| match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                has_subquery(e)
+            }
+            _ => false,
+        }) || select.selection.as_ref().is_some_and(has_subquery);
         if !candidates || self.0.left == 0 {
             return;
         }
@@ -146,7 +147,8 @@ impl Decorrelate<'_> {
             if let Some(name) = name.filter(|_| !matches!(expr, Expr::Subquery(_))) {
                 *item = SelectItem::ExprWithAlias {
                     expr: expr.clone(),
-                    alias: Ident::new(name),
+                    // quoted: the name is already as PostgreSQL spells it
+                    alias: Ident::with_quote('"', name),
                 };
             }
         }
@@ -668,7 +670,7 @@ mod tests {
         assert!(!out.contains("(SELECT count(*)"), "{out}");
         assert!(out.contains("count(\"x\".__sluice_m)"), "{out}");
         assert!(out.contains("IS NOT DISTINCT FROM \"t1\".b"), "{out}");
-        assert!(out.contains("AS count"), "{out}");
+        assert!(out.contains("AS \"count\""), "{out}");
     }
 
     #[test]
