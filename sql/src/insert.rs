@@ -12,7 +12,6 @@
 //! Either way a batch leaving this module satisfies the stream's column
 //! types, NOT NULL and the row-size limit.
 
-use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use arrow::array::{new_null_array, ArrayRef, RecordBatch, RecordBatchOptions};
@@ -24,8 +23,10 @@ use datafusion::logical_expr::{lit, ColumnarValue, LogicalPlan, LogicalPlanBuild
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::scalar::ScalarValue;
 use datafusion::sql::sqlparser;
-use sqlparser::ast::{Expr, UnaryOperator, Value, Visit, Visitor};
+use sqlparser::ast::{Expr, UnaryOperator, Value};
 
+pub use crate::ast::has_subquery;
+use crate::ast::{any_expr, is_subquery};
 use crate::catalog::Stream;
 use crate::error::{sqlstate, Error, Result};
 use crate::param_type::ParamType;
@@ -282,34 +283,6 @@ pub(crate) fn reads_relations(expr: &Expr) -> bool {
     any_expr(expr, |e| {
         is_subquery(e) || matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
     })
-}
-
-/// Whether `expr` holds a subquery anywhere.
-pub fn has_subquery(expr: &Expr) -> bool {
-    any_expr(expr, is_subquery)
-}
-
-fn is_subquery(e: &Expr) -> bool {
-    matches!(
-        e,
-        Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. }
-    )
-}
-
-/// Whether `expr` or any expression inside it satisfies `found`.
-fn any_expr(expr: &Expr, found: impl Fn(&Expr) -> bool) -> bool {
-    struct Find<F>(F);
-    impl<F: Fn(&Expr) -> bool> Visitor for Find<F> {
-        type Break = ();
-        fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
-            if (self.0)(e) {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        }
-    }
-    expr.visit(&mut Find(found)).is_break()
 }
 
 /// The declared type of each `$n` in VALUES rows, from the target columns.

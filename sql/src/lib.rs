@@ -17,6 +17,7 @@
 mod alter;
 pub mod apply;
 pub mod arithmetic;
+pub mod ast;
 pub mod binary;
 pub mod block_catalog;
 pub mod catalog;

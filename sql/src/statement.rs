@@ -16,6 +16,7 @@ use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::Keyword;
 use sqlparser::tokenizer::{Token, Tokenizer, Whitespace, Word};
 
+pub use crate::ast::normalize_ident;
 use crate::definition::{ColumnDef, StreamDef, StreamOptions, TableDef, OFFSET_COLUMN, TS_COLUMN};
 use crate::error::{sqlstate, Error, Result};
 use crate::param_type::ParamType;
@@ -550,15 +551,6 @@ fn object_name(n: &ObjectName) -> String {
             None => p.to_string(),
         })
         .unwrap_or_default()
-}
-
-/// PostgreSQL folds unquoted identifiers to lower case.
-pub fn normalize_ident(id: &sqlparser::ast::Ident) -> String {
-    if id.quote_style.is_some() {
-        id.value.clone()
-    } else {
-        id.value.to_lowercase()
-    }
 }
 
 pub fn table_name(n: &ObjectName) -> String {

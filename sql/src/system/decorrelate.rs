@@ -54,6 +54,7 @@ use datafusion::sql::sqlparser::parser::Parser;
 use datafusion_pg_catalog::sql::rules::SqlStatementRewriteRule;
 
 use super::rewrite::is_aggregate;
+use crate::ast::{has_subquery, normalize_ident};
 
 /// The marker column added to the inner relation: NULL only where the left
 /// join found no inner row.
@@ -206,23 +207,16 @@ fn qualifier(factor: &TableFactor) -> Option<String> {
             args: None,
             ..
         } => match alias {
-            Some(a) if a.columns.is_empty() => Some(normalize(&a.name)),
+            Some(a) if a.columns.is_empty() => Some(normalize_ident(&a.name)),
             Some(_) => None,
-            None => name.0.last()?.as_ident().map(normalize),
+            None => name.0.last()?.as_ident().map(normalize_ident),
         },
         TableFactor::Derived {
             lateral: false,
             alias: Some(a),
             ..
-        } if a.columns.is_empty() => Some(normalize(&a.name)),
+        } if a.columns.is_empty() => Some(normalize_ident(&a.name)),
         _ => None,
-    }
-}
-
-fn normalize(ident: &Ident) -> String {
-    match ident.quote_style {
-        Some(_) => ident.value.clone(),
-        None => ident.value.to_ascii_lowercase(),
     }
 }
 
@@ -265,18 +259,18 @@ fn subquery_name(q: &Query) -> String {
         return "?column?".into();
     };
     match s.projection.as_slice() {
-        [SelectItem::ExprWithAlias { alias, .. }] => normalize(alias),
+        [SelectItem::ExprWithAlias { alias, .. }] => normalize_ident(alias),
         [SelectItem::UnnamedExpr(Expr::Function(f))] => f
             .name
             .0
             .last()
             .and_then(|p| p.as_ident())
-            .map(normalize)
+            .map(normalize_ident)
             .unwrap_or_else(|| "?column?".into()),
-        [SelectItem::UnnamedExpr(Expr::Identifier(i))] => normalize(i),
+        [SelectItem::UnnamedExpr(Expr::Identifier(i))] => normalize_ident(i),
         [SelectItem::UnnamedExpr(Expr::CompoundIdentifier(parts))] => parts
             .last()
-            .map(normalize)
+            .map(normalize_ident)
             .unwrap_or_else(|| "?column?".into()),
         _ => "?column?".into(),
     }
@@ -408,7 +402,7 @@ fn decorrelated(q: &Query, outer: &Outer, name: &str, left: usize) -> Option<(us
     for (q, column) in refs {
         if !keys
             .iter()
-            .any(|(kq, kc)| *kq == q && normalize(kc) == normalize(&column))
+            .any(|(kq, kc)| *kq == q && normalize_ident(kc) == normalize_ident(&column))
         {
             keys.push((q, column));
         }
@@ -467,20 +461,6 @@ fn quoted(qualifier: &str) -> Ident {
     Ident::with_quote('"', qualifier)
 }
 
-fn has_subquery(e: &Expr) -> bool {
-    struct Find(bool);
-    impl Visitor for Find {
-        type Break = ();
-        fn pre_visit_query(&mut self, _: &Query) -> ControlFlow<()> {
-            self.0 = true;
-            ControlFlow::Break(())
-        }
-    }
-    let mut find = Find(false);
-    let _ = e.visit(&mut find);
-    find.0
-}
-
 /// The qualified column references in `e` that do not name the inner
 /// relation, as (qualifier, column); `None` when one has more than two
 /// parts (a schema-qualified reference this rewrite does not resolve).
@@ -495,8 +475,8 @@ fn outer_refs(e: &Expr, inner: &str) -> Option<Vec<(String, Ident)>> {
         fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
             if let Expr::CompoundIdentifier(parts) = e {
                 match parts.as_slice() {
-                    [q, c] if normalize(q) != self.inner => {
-                        self.refs.push((normalize(q), c.clone()))
+                    [q, c] if normalize_ident(q) != self.inner => {
+                        self.refs.push((normalize_ident(q), c.clone()))
                     }
                     [_, _] => {}
                     _ => self.unresolved = true,
@@ -581,7 +561,7 @@ fn counted_marker(value: &Expr, inner: &str) -> Option<Expr> {
                 .0
                 .last()
                 .and_then(|p| p.as_ident())
-                .is_some_and(|i| normalize(i) == "count");
+                .is_some_and(|i| normalize_ident(i) == "count");
             let constant = match list.args.as_slice() {
                 [FunctionArg::Unnamed(FunctionArgExpr::Wildcard)] => true,
                 [FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(_)))] => true,
@@ -636,10 +616,9 @@ impl VisitorMut for ToDomain<'_> {
     fn pre_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
         if let Expr::CompoundIdentifier(parts) = e {
             if let [q, c] = parts.as_slice() {
-                let key = self
-                    .keys
-                    .iter()
-                    .position(|(kq, kc)| *kq == normalize(q) && normalize(kc) == normalize(c));
+                let key = self.keys.iter().position(|(kq, kc)| {
+                    *kq == normalize_ident(q) && normalize_ident(kc) == normalize_ident(c)
+                });
                 if let Some(i) = key {
                     *e = Expr::CompoundIdentifier(vec![
                         Ident::new("__sluice_o"),
