@@ -31,6 +31,15 @@ PostgreSQL with the `parameter` script at 64 connections; if sluice-bench
 gets less, its client limited PostgreSQL and the reference ratios at that
 point are not valid.
 
+The `compression` records (issue 23: one per target and `compression`
+setting — none, lz4, zstd — with the size on disk and logical, load, COPY
+TO and aggregate figures, and `error` with null figures when a phase
+failed) and the `compression_cat` records (`cat` of each setting's segment
+files) give a "Compression" table in `<stamp>.md` and in the README, and
+the summary row of issue 23's bar: Sluice's COPY TO of compressed history
+(lz4 and zstd) at least 2x PostgreSQL's COPY TO of the same rows, read in
+the same round (see `CompressionRound`).
+
 Nothing else is read or written. Unknown workloads are ignored, and a
 workload missing from the run shows as "not measured" rather than failing,
 so a partial run (e.g. without PostgreSQL) still gets a report.
@@ -81,6 +90,11 @@ PGBENCH_TARGETS = [
 ]
 # sluice-bench's PostgreSQL reference counts as valid within this fraction of pgbench's
 CLIENT_CHECK_TOLERANCE = 0.10
+# the `compression` settings bench/run.sh measures, in table order, and the
+# compressed ones, each held to issue 23's bar: COPY TO ≥ 2x PostgreSQL's
+COMPRESSION_SETTINGS = ["none", "lz4", "zstd"]
+COMPRESSED_SETTINGS = ["lz4", "zstd"]
+COMPRESSED_SCAN_BAR = 2.0
 
 Record = dict[str, Any]
 
@@ -94,6 +108,7 @@ class Run:
     KNOWN = {
         "machine", "sweep", "latency", "tail_latency", "stalled_tail",
         "ingest", "load", "scan", "aggregate", "disk", "cat", "pgbench",
+        "compression", "compression_cat",
     }
 
     def __init__(self, records: Iterable[Record]):
@@ -208,6 +223,14 @@ def fmt_gib(b: Any) -> str:
     return DASH if b is None else f"{b / GIB:.2f} GiB"
 
 
+def fmt_bytes(b: Any) -> str:
+    """MiB below a GiB, GiB from there."""
+    b = num(b)
+    if b is None:
+        return DASH
+    return f"{b / GIB:.2f} GiB" if b >= GIB else f"{b / MIB:,.1f} MiB"
+
+
 def plural(n: Any, word: str) -> str:
     """plural(1, "connection") -> "1 connection"; plural(8, "connection") -> "8 connections"."""
     return f"{fmt_int(n)} {word}" + ("" if num(n) == 1 else "s")
@@ -304,7 +327,7 @@ def sweep_section_title(label: str) -> str:
     }.get(label, f"Single-row INSERT sweep `{label}`")
 
 
-def results_markdown(run: Run, stamp: str, summary: str, limits: str) -> str:
+def results_markdown(run: Run, stamp: str, summary: str, limits: str, compression: str) -> str:
     m = run.machine
     out = [f"# Sluice vs {PG_NAME} — benchmark results ({stamp})", "", machine_line(m), ""]
     out += ["## Summary", "", summary, "", "## Physical limits", "", limits, ""]
@@ -445,6 +468,11 @@ def results_markdown(run: Run, stamp: str, summary: str, limits: str) -> str:
             ),
         )
 
+    if run.all("compression") or run.all("compression_cat"):
+        section("Compression: the same event rows per `compression` setting (issue 23)",
+                compression + "\n\n" + guarded("compression details", compression_details, run),
+                COMPRESSION_NOTE)
+
     if run.ignored:
         out += ["Ignored records of unknown workloads: "
                 + ", ".join(f"`{w}` ({n})" for w, n in sorted(run.ignored.items())) + ".", ""]
@@ -465,6 +493,173 @@ def machine_line(m: Record) -> str:
         f"Machine: {m.get('cores', '?')} cores, {m.get('ram_gib', '?')} GiB RAM, {m.get('kernel', '?')}, "
         f"data disk {m.get('disk', '?')}; run started {m.get('date', '?')}."
     )
+
+
+# ------------------------------------------------------------ compression
+
+
+COMPRESSION_NOTE = (
+    "Each setting loads the same event rows (a customer of 100, an amount, a JSON-like payload of about "
+    "1 KiB drawn from small vocabularies: repetitive, never a constant) into a fresh Sluice, a stream "
+    "`WITH (compression = '<setting>')`, with COPY FROM (1,000 rows per statement, one appended batch; 4 "
+    "connections). Bytes on disk, logical bytes (uncompressed Arrow) and their ratio are "
+    "`sluice_streams`' `bytes`, `logical_bytes` and `compression_ratio`. COPY TO is `COPY (SELECT * FROM "
+    "events_<setting>) TO STDOUT`, best of 2, read by the history scan's lean client; the aggregate is "
+    "`SELECT customer, count(*), sum(amount) ... GROUP BY customer`, median of 3. "
+    f"{PG_NAME} holds the same rows once, in a table with a `bigserial` key and a `ts` column (rows this "
+    "size stay under TOAST's 2 KiB threshold, so it stores them uncompressed; its load includes `VACUUM "
+    "ANALYZE`), and runs `COPY events TO STDOUT` and the same aggregate right after each Sluice setting: "
+    f"\"vs {PG_NAME} COPY TO\" is Sluice's rows/s ÷ {PG_NAME}'s in the same round, and the "
+    f"{PG_NAME} row shows the median of its rounds."
+)
+
+
+@dataclass
+class CompressionRound:
+    """One `compression` setting: Sluice's stream, PostgreSQL's table read
+    right after it, and the `cat` of the stream's segment files."""
+
+    setting: str
+    sluice: Record | None
+    postgres: Record | None
+    cat: Record | None
+
+    def scan_ratio(self) -> float | None:
+        """Sluice's COPY TO rows/s ÷ PostgreSQL's in the same round (the
+        same rows: rows/s, not MiB/s, whose text differs by a column)."""
+        return ratio(self.sluice and self.sluice.get("scan_rows_per_sec"),
+                     self.postgres and self.postgres.get("scan_rows_per_sec"))
+
+
+def compression_rounds(run: Run) -> list[CompressionRound]:
+    """The expected settings in order, then any other the run recorded."""
+    seen = {r.get("setting") for r in run.all("compression") + run.all("compression_cat")}
+    extra = sorted(x for x in seen if isinstance(x, str) and x not in COMPRESSION_SETTINGS)
+    return [CompressionRound(s, run.one("compression", target="sluice", setting=s),
+                             run.one("compression", target="postgres", setting=s),
+                             run.one("compression_cat", setting=s))
+            for s in COMPRESSION_SETTINGS + extra]
+
+
+def compression_table(run: Run) -> str:
+    """The table of the README and `<stamp>.md`: one row per setting, one
+    for PostgreSQL, then the failures and inconsistencies as notes."""
+    if not run.all("compression"):
+        return NOT_MEASURED
+    rounds = compression_rounds(run)
+    rows = []
+    for rd in rounds:
+        s = rd.sluice
+        if s is None:
+            rows.append([f"`{rd.setting}`", NOT_MEASURED] + [DASH] * 7)
+            continue
+        rows.append([
+            f"`{rd.setting}`", fmt_int(s.get("rows")), fmt_bytes(s.get("bytes")),
+            fmt_bytes(s.get("logical_bytes")), fmt_ratio(s.get("compression_ratio")),
+            fmt_secs(s.get("load_seconds")), fmt_int(s.get("scan_rows_per_sec")),
+            fmt_ratio(rd.scan_ratio()), fmt_secs(s.get("aggregate_seconds_median")),
+        ])
+    pgs = [rd.postgres for rd in rounds if rd.postgres is not None]
+    if pgs:
+        loaded = next((p for p in pgs if p.get("loaded")), pgs[0])
+        scans = [v for p in pgs if (v := num(p.get("scan_rows_per_sec"))) is not None]
+        aggs = [v for p in pgs if (v := num(p.get("aggregate_seconds_median"))) is not None]
+        rows.append([
+            f"{PG_NAME} table", fmt_int(loaded.get("rows")), fmt_bytes(loaded.get("bytes")), DASH, DASH,
+            fmt_secs(loaded.get("load_seconds")),
+            fmt_int(statistics.median(scans)) if scans else DASH, DASH,
+            fmt_secs(statistics.median(aggs)) if aggs else DASH,
+        ])
+    header = ["compression", "rows", "bytes on disk", "logical bytes", "ratio", "load", "COPY TO rows/s",
+              f"vs {PG_NAME} COPY TO", "aggregate (median)"]
+    return md_table(header, rows) + compression_notes(rounds)
+
+
+def compression_notes(rounds: list[CompressionRound]) -> str:
+    """Failed phases, rows that did not come back, and a stream whose
+    reported compression is not the one it was created with."""
+    out = []
+    for rd in rounds:
+        for target, rec in (("sluice", rd.sluice), ("postgres", rd.postgres)):
+            if rec is None:
+                continue
+            who = f"`{rd.setting}`, {pretty_target(target)}"
+            error = rec.get("error")
+            if error:
+                error = str(error).replace("`", "'")
+                out.append(f"- {who}: failed: `{error[:300] + ('...' if len(error) > 300 else '')}`")
+            rows = num(rec.get("rows"))
+            for what, key in (("COPY TO read", "scan_rows"), ("the aggregate counted", "aggregate_rows")):
+                got = num(rec.get(key))
+                if rows is not None and got is not None and got != rows:
+                    out.append(f"- {who}: {what} {fmt_int(got)} rows of {fmt_int(rows)} loaded")
+        reported = rd.sluice.get("reported_compression") if rd.sluice else None
+        if isinstance(reported, str) and reported.lower() != rd.setting:
+            out.append(f"- `{rd.setting}`: the stream was created `WITH (compression = '{rd.setting}')` but "
+                       f"`sluice_streams` reports `{reported}`")
+    return "\n\n" + "\n".join(out) if out else ""
+
+
+def compression_details(run: Run) -> str:
+    """Every point of both targets, with MiB/s and the segment files' `cat`."""
+    rows = []
+    for rd in compression_rounds(run):
+        for target, rec in (("sluice", rd.sluice), ("postgres", rd.postgres)):
+            if rec is None:
+                continue
+            cat = rd.cat if target == "sluice" else None
+            rows.append([
+                f"`{rd.setting}`", pretty_target(target),
+                ("yes" if rec.get("loaded") else "no (read the loaded table)") if "loaded" in rec else DASH,
+                f"{fmt_secs(rec.get('load_seconds'))}, {fmt_mib(rec.get('load_mib_per_sec'))}"
+                if num(rec.get("load_seconds")) is not None else DASH,
+                fmt_secs(rec.get("scan_seconds")), fmt_int(rec.get("scan_rows_per_sec")),
+                fmt_mib(rec.get("scan_mib_per_sec")).removesuffix(" MiB/s"), fmt_bytes(rec.get("scan_bytes")),
+                f"{fmt_secs(rec.get('aggregate_seconds_best'))} / {fmt_secs(rec.get('aggregate_seconds_median'))}"
+                if num(rec.get("aggregate_seconds_median")) is not None else DASH,
+                f"{fmt_bytes(cat.get('bytes'))} in {plural(cat.get('files'), 'file')}, {fmt_mib(cat.get('mib_per_sec'))}"
+                if cat else DASH,
+            ])
+    return md_table(["compression", "target", "loaded here", "load", "COPY TO (best)", "COPY TO rows/s",
+                     "COPY TO MiB/s", "COPY text out", "aggregate best / median",
+                     "segment files: `cat`, warm"], rows)
+
+
+def guarded(name: str, build: Callable[[Run], str], run: Run) -> str:
+    """build(run), or "not measured" if a malformed record breaks it."""
+    try:
+        return build(run)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        warn(f"{name}: {type(e).__name__}: {e}")
+        return f"{NOT_MEASURED} (malformed record)"
+
+
+def rows_compression(run: Run) -> list[Row]:
+    """Issue 23's bar: COPY TO of compressed history (each compressed
+    setting) at least COMPRESSED_SCAN_BAR times PostgreSQL's COPY TO."""
+    rounds = [rd for rd in compression_rounds(run) if rd.setting in COMPRESSED_SETTINGS]
+    shape = next((rd.sluice or rd.postgres for rd in rounds if rd.sluice or rd.postgres), None)
+    what = f", {fmt_int(shape.get('rows'))} event rows of ~1 KiB" if shape else ""
+    ratios = [(rd.setting, rd.scan_ratio()) for rd in rounds]
+    measured = [r for _, r in ratios if r is not None]
+    # a "compressed" stream that sluice_streams shows was not compressed
+    # does not count for the bar (a shortfall still fails it)
+    stored_plain = [rd.setting for rd in rounds
+                    if rd.sluice and (cr := num(rd.sluice.get("compression_ratio"))) is not None and cr < 1.05]
+    ok = (False if any(r < COMPRESSED_SCAN_BAR for r in measured)
+          else None if len(measured) < len(rounds) or stored_plain else True)
+    if stored_plain:
+        what += f" (**{', '.join(stored_plain)} stored uncompressed**: ratio below 1.05x)"
+
+    def side(pick: Callable[[CompressionRound], Record | None]) -> str:
+        parts = [f"{rd.setting} {fmt_rows(rec.get('scan_rows_per_sec'))}"
+                 for rd in rounds if (rec := pick(rd)) is not None]
+        return ", ".join(parts) if parts else NOT_MEASURED
+
+    return [Row(f"compressed history scan ({', '.join(COMPRESSED_SETTINGS)}): COPY TO{what}",
+                side(lambda rd: rd.sluice), side(lambda rd: rd.postgres),
+                ", ".join(f"{setting} {fmt_ratio(r)}" for setting, r in ratios),
+                f"≥ {COMPRESSED_SCAN_BAR:g}x each", met(ok))]
 
 
 # ---------------------------------------------------------- summary table
@@ -839,6 +1034,7 @@ SUMMARY_SECTIONS: list[tuple[str, Callable[[Run], list[Row]]]] = [
     ("pgbench", rows_pgbench),
     ("bulk ingest", rows_ingest),
     ("history scan", rows_scan),
+    ("compressed history scan", rows_compression),
     ("aggregate", rows_aggregate),
     ("append latency", rows_latency),
     # listed without a target
@@ -996,7 +1192,7 @@ def plot_throughput(run: Run, path: Path) -> None:
 
 
 def readme_section(run: Run, quick: bool, results_md: Path, pngs: list[tuple[str, Path]],
-                   readme: Path, jsonl: Path, summary: str, limits: str) -> str:
+                   readme: Path, jsonl: Path, summary: str, limits: str, compression: str) -> str:
     m = run.machine
     date = str(m.get("date") or "")[:10] or stamp_date(jsonl.stem)
 
@@ -1015,6 +1211,11 @@ def readme_section(run: Run, quick: bool, results_md: Path, pngs: list[tuple[str
     for alt, png in pngs:
         out += [f"![{alt}]({rel(png)})", ""]
     out += [summary, "", "### Physical limits", "", limits, ""]
+    out += ["### Compression (issue 23)", "",
+            "The same ~1 KiB event rows in a stream per `compression` setting, each in a fresh Sluice, and "
+            f"once in a {PG_NAME} table read right after each; \"vs {PG_NAME} COPY TO\" is the ratio of "
+            f"rows/s in the same round. How they are measured, and every point: [`{rel(results_md)}`]"
+            f"({rel(results_md)}).", "", compression, ""]
     return "\n".join(out)
 
 
@@ -1051,7 +1252,8 @@ def main(argv: list[str] | None = None) -> int:
     throughput_png = base.with_name(base.name + "-throughput.png")
 
     summary, limits = summary_table(run), limits_table(run)
-    results_md.write_text(results_markdown(run, base.name, summary, limits))
+    compression = guarded("compression table", compression_table, run)
+    results_md.write_text(results_markdown(run, base.name, summary, limits, compression))
     plot_latency(run, latency_png)
     plot_throughput(run, throughput_png)
 
@@ -1061,7 +1263,7 @@ def main(argv: list[str] | None = None) -> int:
     section = readme_section(
         run, quick, results_md,
         [("append latency by percentile", latency_png), ("single-row INSERT rows/s by connections", throughput_png)],
-        args.readme, args.jsonl, summary, limits,
+        args.readme, args.jsonl, summary, limits, compression,
     )
     args.readme.write_text(args.head.read_text().rstrip() + "\n\n" + section)
     print(f"report.py: wrote {results_md}, {latency_png}, {throughput_png}, {args.readme}", file=sys.stderr)

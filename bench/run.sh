@@ -16,6 +16,12 @@
 # sluice-bench's own client is not what limits PostgreSQL. That section
 # needs PostgreSQL and pgbench, and is skipped without them.
 #
+# The compression point (issue 23) loads the same ~1 KiB event rows into a
+# fresh Sluice once per `compression` setting (none, lz4, zstd) and reads
+# them back (COPY TO, GROUP BY) beside the same rows in one PostgreSQL
+# table; a point that fails is recorded with null figures and its error,
+# and the run goes on.
+#
 #   bash bench/run.sh            # full run (≥ 1 GiB scan, 5 M-row aggregate)
 #   bash bench/run.sh --quick    # smaller points, under 5 minutes after the build
 set -euo pipefail
@@ -25,10 +31,12 @@ quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 if [ $quick = 1 ]; then
   secs=2; lat_secs=4; scan_rows=262144; agg_rows=1000000; seq_bytes=$((256 << 20))
+  comp_rows=131072; comp_timeout=240
   sweep="1,4,16,64,128"; one_runs=3; one_secs=1
   pgb_conns="1 64"; pgb_runs=1; pgb_secs=2
 else
   secs=5; lat_secs=10; scan_rows=1100000; agg_rows=5000000; seq_bytes=$((1 << 30))
+  comp_rows=$scan_rows; comp_timeout=900
   sweep="1,2,4,8,16,32,64,128"; one_runs=5; one_secs=3
   pgb_conns="1 8 64 128"; pgb_runs=3; pgb_secs=6
 fi
@@ -162,14 +170,15 @@ pgbench_run() {
   if [ -n "$error" ]; then
     tps=null
     echo "pgbench $script, -c $conns, $target run $k failed: $error" >&2
-    # as a JSON string: no control characters, \ and " escaped
-    error=",\"error\":\"$(printf '%s' "$error" | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g')\""
+    error=",\"error\":\"$(jstr "$error")\""
   fi
   printf '{"workload":"pgbench","script":"%s","connections":%s,"target":"%s","run":%s,"tps":%s,"latency_ms":%s,"failed":%s%s}\n' \
     "$script" "$conns" "$target" "$k" "$tps" "$lat" "$failed" "$error" >> "$json"
 }
 # jnum <text>: the text if it is a plain decimal number, else null
 jnum() { if [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]]; then echo "$1"; else echo null; fi; }
+# jstr <text>: the text for inside a JSON string: no control characters, \ and " escaped
+jstr() { printf '%s' "$1" | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g'; }
 
 pgbench=$(command -v pgbench || true)
 [ -n "$pgbench" ] || pgbench=$pgbin/pgbench
@@ -230,6 +239,59 @@ awk -v b="$seg_bytes" -v a="$t0" -v z="$t1" -v n="$(echo "$segs" | wc -l)" \
 both load --table orders --size 16 --rows "$agg_rows"
 both aggregate --table orders --runs 3
 stop_sluice
+
+echo "== compression: $comp_rows event rows of ~1 KiB per setting (none, lz4, zstd)" >&2
+# compression_point <target> <setting> <url> [args...]: one point of the
+# compression workload, appended to $json. sluice-bench writes a failed
+# phase into its record ("error", null figures); a run that records
+# nothing (a crash, a bad flag, $comp_timeout) is recorded here with null
+# figures and the error line of its stderr. Its output stays in
+# $work/compression.out until the next point.
+compression_point() {
+  local target=$1 setting=$2 url=$3; shift 3
+  local out=$work/compression.out err=$work/compression.err rc=0 error
+  timeout "$comp_timeout" "$bench" compression --url "$url" --target "$target" --compression "$setting" \
+    --rows "$comp_rows" --size 1024 --batch 1000 --connections 4 --runs 2 --aggregate-runs 3 "$@" \
+    > "$out" 2> "$err" || rc=$?
+  cat "$err" >&2
+  if grep -q '^JSON ' "$out"; then
+    record < "$out"
+    return 0
+  fi
+  if [ $rc = 124 ]; then
+    error="timed out after $comp_timeout s"
+  else
+    error=$(grep -m1 '^sluice-bench: ' "$err" || tail -n1 "$err")
+    [ -n "$error" ] || error="sluice-bench exited with status $rc"
+  fi
+  echo "compression $setting, $target: $error" >&2
+  printf '{"workload":"compression","target":"%s","setting":"%s","rows":%s,"error":"%s"}\n' \
+    "$target" "$setting" "$comp_rows" "$(jstr "$error")" >> "$json"
+}
+pg_events=0  # 1 once PostgreSQL's events table holds the rows
+for setting in none lz4 zstd; do
+  # a fresh Sluice per setting: its segment files are this stream's only
+  start_sluice
+  compression_point sluice "$setting" "host=127.0.0.1 port=$port user=sluice" --table "events_$setting" || true
+  # the physical limit, as for the history scan: `cat` of the (compressed) segment files, warm
+  segs=$(find "$sluice_dir" -name '*.seg' | sort)
+  if [ -n "$segs" ]; then
+    seg_bytes=$(cat $segs | wc -c)
+    t0=$(date +%s.%N); cat $segs > /dev/null; t1=$(date +%s.%N)
+    awk -v c="$setting" -v b="$seg_bytes" -v a="$t0" -v z="$t1" -v n="$(echo "$segs" | wc -l)" \
+      'BEGIN { s = z - a; if (s <= 0) s = 1e-6; printf "{\"workload\":\"compression_cat\",\"setting\":\"%s\",\"bytes\":%.0f,\"seconds\":%.4f,\"mib_per_sec\":%.1f,\"files\":%d}\n", c, b, s, b / 1048576 / s, n }' >> "$json"
+  fi
+  stop_sluice
+  # PostgreSQL's COPY TO, the reference, read again beside each setting (loaded once)
+  if [ -n "$pg" ]; then
+    if [ $pg_events = 1 ]; then
+      compression_point postgres "$setting" "$pg" --table events --skip-load || true
+    else
+      compression_point postgres "$setting" "$pg" --table events || true
+      if grep -q '"loaded":true' "$work/compression.out"; then pg_events=1; fi
+    fi
+  fi
+done
 
 "$venv/bin/python" bench/report.py "$json" $([ $quick = 1 ] && echo --quick) >&2
 echo "results: ${json%.jsonl}.md, bench/README.md" >&2

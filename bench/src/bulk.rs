@@ -23,6 +23,7 @@ use bytes::Bytes;
 use futures::SinkExt;
 use serde::Serialize;
 use tokio_postgres::types::ToSql;
+use tokio_postgres::Client;
 
 use crate::{connect, err, rawcopy, run_for, Common, Target};
 
@@ -98,7 +99,7 @@ pub struct AggregateRun {
     seconds_median: f64,
 }
 
-const MIB: f64 = 1024.0 * 1024.0;
+pub(crate) const MIB: f64 = 1024.0 * 1024.0;
 
 /// Closed-loop batched ingest into the `setup` table of `common`.
 pub async fn ingest(
@@ -207,37 +208,19 @@ pub async fn load(common: Common, rows: u64, connections: usize) -> Result<LoadR
         ),
     };
     client.batch_execute(&ddl).await.map_err(err)?;
-    let body = Arc::new(crate::payload(common.size));
+    let body = crate::payload(common.size);
     let per_chunk = (LOAD_CHUNK_BYTES / (common.size + 24)).max(1) as u64;
-    let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..connections {
-        let client = connect(&common.url).await?;
-        let (next, body, t) = (next.clone(), body.clone(), t.clone());
-        tasks.push(tokio::spawn(async move {
-            let sql = format!("COPY {t} (customer, amount, payload) FROM STDIN");
-            let mut text = String::with_capacity(LOAD_CHUNK_BYTES + 4096);
-            loop {
-                let first = next.fetch_add(per_chunk, Ordering::Relaxed);
-                if first >= rows {
-                    break;
-                }
-                text.clear();
-                for i in first..(first + per_chunk).min(rows) {
-                    history_row(i, &body, &mut text);
-                }
-                let sink = client.copy_in::<_, Bytes>(&sql).await.map_err(err)?;
-                futures::pin_mut!(sink);
-                sink.send(Bytes::from(text.clone())).await.map_err(err)?;
-                sink.as_mut().finish().await.map_err(err)?;
-            }
-            Ok::<(), String>(())
-        }));
-    }
-    for task in tasks {
-        task.await.map_err(err)??;
-    }
+    copy_rows(
+        &common.url,
+        t,
+        "customer, amount, payload",
+        rows,
+        connections,
+        per_chunk,
+        move |i: u64, out: &mut String| history_row(i, &body, out),
+    )
+    .await?;
     if matches!(common.target, Target::Postgres) {
         // PostgreSQL plans and scans better with fresh statistics and a
         // set visibility map; give it both, as any operator would.
@@ -263,26 +246,60 @@ pub async fn load(common: Common, rows: u64, connections: usize) -> Result<LoadR
     })
 }
 
+/// Appends rows `0..rows` to `table (columns)` with COPY FROM STDIN over
+/// `connections` connections, `per_chunk` rows per statement, each row's
+/// COPY text written by `row(i, text)`; returns the COPY text bytes sent.
+pub(crate) async fn copy_rows<F>(
+    url: &str,
+    table: &str,
+    columns: &str,
+    rows: u64,
+    connections: usize,
+    per_chunk: u64,
+    row: F,
+) -> Result<u64, String>
+where
+    F: Fn(u64, &mut String) + Send + Sync + 'static,
+{
+    let row = Arc::new(row);
+    let per_chunk = per_chunk.max(1);
+    let next = Arc::new(AtomicU64::new(0));
+    let sent = Arc::new(AtomicU64::new(0));
+    let sql = format!("COPY {table} ({columns}) FROM STDIN");
+    let mut tasks = Vec::new();
+    for _ in 0..connections.max(1) {
+        let client = connect(url).await?;
+        let (next, sent, row, sql) = (next.clone(), sent.clone(), row.clone(), sql.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut text = String::new();
+            loop {
+                let first = next.fetch_add(per_chunk, Ordering::Relaxed);
+                if first >= rows {
+                    break;
+                }
+                text.clear();
+                for i in first..(first + per_chunk).min(rows) {
+                    (*row)(i, &mut text);
+                }
+                sent.fetch_add(text.len() as u64, Ordering::Relaxed);
+                let sink = client.copy_in::<_, Bytes>(&sql).await.map_err(err)?;
+                futures::pin_mut!(sink);
+                sink.send(Bytes::from(text.clone())).await.map_err(err)?;
+                sink.as_mut().finish().await.map_err(err)?;
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(err)??;
+    }
+    Ok(sent.load(Ordering::Relaxed))
+}
+
 /// The whole table out through COPY, `runs` times; reports the fastest.
 pub async fn scan(common: Common, runs: usize) -> Result<ScanRun, String> {
-    let t = &common.table;
-    let query = match common.target {
-        Target::Sluice => format!("COPY (SELECT * FROM {t}) TO STDOUT"),
-        Target::Postgres => format!("COPY {t} TO STDOUT"),
-    };
-    let mut best: Option<(f64, u64, u64)> = None;
-    for _ in 0..runs.max(1) {
-        let (url, q) = (common.url.clone(), query.clone());
-        let start = Instant::now();
-        let copied = tokio::task::spawn_blocking(move || rawcopy::copy_out(&url, &q))
-            .await
-            .map_err(err)??;
-        let secs = start.elapsed().as_secs_f64();
-        if best.is_none_or(|(s, _, _)| secs < s) {
-            best = Some((secs, copied.bytes, copied.rows));
-        }
-    }
-    let (seconds, bytes, rows) = best.unwrap_or_default();
+    let query = copy_out_query(common.target, &common.table);
+    let (seconds, bytes, rows) = fastest_copy_out(&common.url, &query, runs).await?;
     eprintln!(
         "{:>10} scan {rows} rows, {:.0} MiB: {seconds:.2} s",
         format!("{:?}", common.target),
@@ -299,21 +316,42 @@ pub async fn scan(common: Common, runs: usize) -> Result<ScanRun, String> {
     })
 }
 
+/// The whole of `t` out through COPY: `COPY (SELECT * FROM t)` on Sluice
+/// (a stream is not a COPY source by name), `COPY t` on PostgreSQL.
+pub(crate) fn copy_out_query(target: Target, t: &str) -> String {
+    match target {
+        Target::Sluice => format!("COPY (SELECT * FROM {t}) TO STDOUT"),
+        Target::Postgres => format!("COPY {t} TO STDOUT"),
+    }
+}
+
+/// `query` (a `COPY ... TO STDOUT`) read `runs` times with the lean client:
+/// (seconds, bytes, rows) of the fastest run.
+pub(crate) async fn fastest_copy_out(
+    url: &str,
+    query: &str,
+    runs: usize,
+) -> Result<(f64, u64, u64), String> {
+    let mut best: Option<(f64, u64, u64)> = None;
+    for _ in 0..runs.max(1) {
+        let (url, q) = (url.to_string(), query.to_string());
+        let start = Instant::now();
+        let copied = tokio::task::spawn_blocking(move || rawcopy::copy_out(&url, &q))
+            .await
+            .map_err(err)??;
+        let secs = start.elapsed().as_secs_f64();
+        if best.is_none_or(|(s, _, _)| secs < s) {
+            best = Some((secs, copied.bytes, copied.rows));
+        }
+    }
+    Ok(best.unwrap_or_default())
+}
+
 /// The GROUP BY aggregate, `runs` times; checks the group count.
 pub async fn aggregate(common: Common, runs: usize) -> Result<AggregateRun, String> {
     let client = connect(&common.url).await?;
-    let t = &common.table;
-    let query = format!("SELECT customer, count(*), sum(amount) FROM {t} GROUP BY customer");
-    let mut times = Vec::new();
-    let (mut rows, mut groups) = (0u64, 0u64);
-    for _ in 0..runs.max(1) {
-        let start = Instant::now();
-        let result = client.query(&query, &[]).await.map_err(err)?;
-        times.push(start.elapsed().as_secs_f64());
-        groups = result.len() as u64;
-        rows = result.iter().map(|r| r.get::<_, i64>(1) as u64).sum();
-    }
-    times.sort_by(f64::total_cmp);
+    let query = aggregate_query(&common.table);
+    let (times, rows, groups) = timed_aggregate(&client, &query, runs).await?;
     let median = times[times.len() / 2];
     eprintln!(
         "{:>10} aggregate over {rows} rows: median {median:.3} s",
@@ -329,4 +367,33 @@ pub async fn aggregate(common: Common, runs: usize) -> Result<AggregateRun, Stri
         seconds_best: times[0],
         seconds_median: median,
     })
+}
+
+/// The GROUP BY of the history workloads over `t`.
+pub(crate) fn aggregate_query(t: &str) -> String {
+    format!("SELECT customer, count(*), sum(amount) FROM {t} GROUP BY customer")
+}
+
+/// Runs `query` (an [`aggregate_query`]) `runs` times (at least once):
+/// the run times in increasing order, and the rows counted (the sum of
+/// the `count(*)` column) and groups of the last run.
+pub(crate) async fn timed_aggregate(
+    client: &Client,
+    query: &str,
+    runs: usize,
+) -> Result<(Vec<f64>, u64, u64), String> {
+    let mut times = Vec::new();
+    let (mut rows, mut groups) = (0u64, 0u64);
+    for _ in 0..runs.max(1) {
+        let start = Instant::now();
+        let result = client.query(query, &[]).await.map_err(err)?;
+        times.push(start.elapsed().as_secs_f64());
+        groups = result.len() as u64;
+        rows = 0;
+        for r in &result {
+            rows += r.try_get::<_, i64>(1).map_err(err)? as u64;
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times, rows, groups))
 }

@@ -11,6 +11,8 @@
 //!
 //! - `tail-latency`, `stalled-tail`: see [`tail`];
 //! - `ingest`, `load`, `scan`, `aggregate`: see [`bulk`];
+//! - `compression`: one stream per `compression` setting, its size and its
+//!   scans, see [`compression`];
 //! - `disk`: the disk's own limits, see [`disk`].
 //!
 //! Results go to stdout as `JSON {...}` lines, one object per measured
@@ -27,6 +29,7 @@ use serde::Serialize;
 use tokio_postgres::{Client, NoTls};
 
 mod bulk;
+mod compression;
 mod disk;
 mod rawcopy;
 mod tail;
@@ -159,6 +162,30 @@ enum Mode {
         common: Common,
         #[arg(long, default_value_t = 3)]
         runs: usize,
+    },
+    /// Event rows in a stream WITH (compression = ...) (or a PostgreSQL
+    /// table): size on disk and logical, load, COPY TO scan, GROUP BY
+    Compression {
+        #[command(flatten)]
+        common: Common,
+        /// The stream's compression (on PostgreSQL, the round's label)
+        #[arg(long = "compression", value_enum)]
+        codec: compression::Codec,
+        #[arg(long)]
+        rows: u64,
+        #[arg(long, default_value_t = 4)]
+        connections: usize,
+        /// Rows per COPY FROM statement (one appended batch)
+        #[arg(long, default_value_t = 1000)]
+        batch: u64,
+        /// Read the table loaded by an earlier point instead of loading it
+        #[arg(long)]
+        skip_load: bool,
+        /// Scans (COPY TO) per point; the fastest is reported
+        #[arg(long, default_value_t = 2)]
+        runs: usize,
+        #[arg(long, default_value_t = 3)]
+        aggregate_runs: usize,
     },
     /// fdatasync latency and sequential write bandwidth of a directory's disk
     Disk {
@@ -447,6 +474,27 @@ async fn run(mode: Mode) -> Result<Vec<String>, String> {
         } => json(&bulk::load(common, rows, connections).await?),
         Mode::Scan { common, runs } => json(&bulk::scan(common, runs).await?),
         Mode::Aggregate { common, runs } => json(&bulk::aggregate(common, runs).await?),
+        Mode::Compression {
+            common,
+            codec,
+            rows,
+            connections,
+            batch,
+            skip_load,
+            runs,
+            aggregate_runs,
+        } => {
+            let options = compression::Options {
+                codec,
+                rows,
+                connections,
+                batch,
+                skip_load,
+                scan_runs: runs,
+                aggregate_runs,
+            };
+            json(&compression::point(common, options).await)
+        }
         Mode::Disk {
             dir,
             count,

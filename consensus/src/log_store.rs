@@ -47,6 +47,17 @@ impl LogStore {
         let (mut wal, recovered) = Wal::open(dir, segment_bytes)?;
         let meta = match recovered.meta {
             Some(meta) => meta,
+            // A new log over a state that did not come from it: a restored backup. Its
+            // history is not the cluster's; started with other voters that are empty, they
+            // could elect a leader without it and overwrite it.
+            None if snapshot_point.is_some_and(|(index, _)| index > 0) && voters.len() > 1 => {
+                return Err(Error::Config(format!(
+                    "this data directory was restored from a backup (index {}) and has no Raft \
+                     log yet: start it alone (no --peers, or --peers with only itself) and add \
+                     the other members with ALTER CLUSTER ADD NODE",
+                    snapshot_point.map_or(0, |(i, _)| i)
+                )));
+            }
             None => {
                 let mut meta = SnapshotMetadata::default();
                 meta.mut_conf_state().voters = voters.to_vec();

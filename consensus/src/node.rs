@@ -340,6 +340,13 @@ impl<R: Send + 'static> NodeHandle<R> {
         self.ask(|reply| Request::StepDown { reply }, gone).await
     }
 
+    /// Checkpoints this node's state machine now and compacts its log; resolves with the
+    /// applied index the checkpoint covers (everything this node had applied).
+    pub async fn checkpoint(&self) -> std::result::Result<u64, ProposeError> {
+        let gone = || ProposeError::Failed("node stopped".into());
+        self.ask(|reply| Request::Checkpoint { reply }, gone).await
+    }
+
     /// Sends the request `make` builds around a reply channel and waits for the answer;
     /// `gone` is the answer if the node drops the request unanswered (it stopped).
     async fn ask<T>(

@@ -4,6 +4,8 @@
 //! `sluice serve` recovers the data directory, starts the Raft node and
 //! accepts Postgres clients until SIGTERM or Ctrl-C, then stops accepting,
 //! lets open connections finish (bounded), and checkpoints on the way out.
+//! `sluice backup` asks a running server for an online backup and `sluice
+//! restore` builds a data directory from one (see `sluice_sql::backup`).
 //! Each accepted socket is admitted (or refused) from accept on, see
 //! `sluice_server::admission`; panics are logged once per location, see
 //! `sluice_server::panics`.
@@ -44,12 +46,47 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a Sluice server
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Ask a running server for an online backup of its node, written by the server into a
+    /// directory on its machine (superuser only)
+    Backup(BackupArgs),
+    /// Build a new data directory from a backup (offline); `sluice serve --data-dir` it
+    Restore(RestoreArgs),
+}
+
+#[derive(clap::Args)]
+struct BackupArgs {
+    /// The directory the server writes the backup into (absent or empty; made absolute
+    /// from this command's working directory)
+    #[arg(long)]
+    to: std::path::PathBuf,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, default_value_t = 5499)]
+    port: u16,
+    #[arg(long, default_value = "sluice")]
+    user: String,
+    #[arg(long, default_value = "sluice")]
+    dbname: String,
+}
+
+#[derive(clap::Args)]
+struct RestoreArgs {
+    /// A backup directory written by `sluice backup`
+    #[arg(long)]
+    from: std::path::PathBuf,
+    /// The new data directory (absent or empty)
+    #[arg(long)]
+    data_dir: std::path::PathBuf,
 }
 
 fn main() {
     let cli = Cli::parse();
-    let Command::Serve(args) = cli.command;
+    let args = match cli.command {
+        Command::Serve(args) => *args,
+        Command::Backup(args) => exit_with(backup(&args)),
+        Command::Restore(args) => exit_with(restore(&args)),
+    };
     if let Err(e) = logging::init(args.log_format, args.log_level.as_deref()) {
         eprintln!("sluice: {e}");
         std::process::exit(2);
@@ -90,6 +127,89 @@ fn main() {
         eprintln!("sluice: {e}");
         std::process::exit(1);
     }
+}
+
+/// Prints a one-line outcome and exits: 0, or 1 with the error on stderr.
+fn exit_with(outcome: Result<String, String>) -> ! {
+    match outcome {
+        Ok(line) => {
+            println!("{line}");
+            std::process::exit(0)
+        }
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// `sluice backup`: `SELECT * FROM sluice_backup(dir)` on the server (password from
+/// `PGPASSWORD`; no TLS).
+fn backup(args: &BackupArgs) -> Result<String, String> {
+    let dir = std::path::absolute(&args.to).map_err(|e| format!("{}: {e}", args.to.display()))?;
+    let dir_text = dir
+        .to_str()
+        .ok_or_else(|| format!("{} is not valid UTF-8", dir.display()))?;
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host(&args.host)
+        .port(args.port)
+        .user(&args.user)
+        .dbname(&args.dbname)
+        .application_name("sluice backup");
+    if let Ok(password) = std::env::var("PGPASSWORD") {
+        config.password(password);
+    }
+    let sql = format!(
+        "SELECT * FROM sluice_backup('{}')",
+        dir_text.replace('\'', "''")
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let row = runtime.block_on(async {
+        let (client, connection) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| format!("cannot connect to {}:{}: {e}", args.host, args.port))?;
+        tokio::spawn(connection);
+        let messages = client
+            .simple_query(&sql)
+            .await
+            .map_err(|e| match e.as_db_error() {
+                Some(db) => format!("{} ({})", db.message(), db.code().code()),
+                None => e.to_string(),
+            })?;
+        messages
+            .into_iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+                _ => None,
+            })
+            .ok_or_else(|| "the server answered no row".to_string())
+    })?;
+    let field = |i: usize| row.get(i).unwrap_or("?").to_string();
+    Ok(format!(
+        "backup at index {}: {} streams, {} tables, {} bytes in {}",
+        field(0),
+        field(1),
+        field(2),
+        field(3),
+        args.to.display()
+    ))
+}
+
+/// `sluice restore`.
+fn restore(args: &RestoreArgs) -> Result<String, String> {
+    let absolute =
+        |p: &std::path::Path| std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display()));
+    let index = sluice_sql::backup::restore(&absolute(&args.from)?, &absolute(&args.data_dir)?)
+        .map_err(|e| e.message)?;
+    Ok(format!(
+        "restored index {index} into {}",
+        args.data_dir.display()
+    ))
 }
 
 /// The niceness of the query runtime's threads: under contention the normal-priority

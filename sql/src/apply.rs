@@ -62,6 +62,9 @@ const MAX_TABLE_DELTA_BYTES: usize = 64 << 20;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct CheckpointFile {
+    /// The data format of the files this record describes ([`crate::format`]).
+    #[serde(default = "first_format")]
+    format: u32,
     applied_index: u64,
     /// Next PostgreSQL OID to hand out to a created relation.
     #[serde(default = "first_user_oid")]
@@ -113,6 +116,92 @@ struct SnapshotFile {
     path: String,
     #[prost(bytes = "vec", tag = "2")]
     data: Vec<u8>,
+}
+
+/// Records written before the field existed are format 1.
+fn first_format() -> u32 {
+    1
+}
+
+/// The term a restored backup's state starts at: its history is not the cluster's it came
+/// from (a restored node seeds a new cluster), so any term does; Raft needs one above zero.
+const RESTORED_TERM: u64 = 1;
+
+/// A checkpoint record as a backup reads it: the applied index it covers and each stream's
+/// directory and durable position.
+pub(crate) struct RecordedState {
+    pub applied_index: u64,
+    pub streams: Vec<(PathBuf, StreamCheckpoint)>,
+}
+
+/// Reads a checkpoint record (from [`TableStore::dump_with_record`]); `dir` is the data
+/// directory whose streams it names.
+pub(crate) fn recorded_state(dir: &Path, record: &[u8]) -> Result<RecordedState, Error> {
+    let cp: CheckpointFile = serde_json::from_slice(record)
+        .map_err(|e| Error::io(format!("unreadable checkpoint record: {e}")))?;
+    crate::format::check_version(cp.format, "the checkpoint record")?;
+    Ok(RecordedState {
+        applied_index: cp.applied_index,
+        streams: cp
+            .streams
+            .iter()
+            .map(|s| (stream_dir(dir, s.def.id), s.position.clone()))
+            .collect(),
+    })
+}
+
+/// A backup's state file: the checkpoint record and every table, raw (a Raft snapshot's
+/// message without the stream files, which a backup keeps as files).
+pub(crate) fn encode_backup_state(
+    record: Vec<u8>,
+    tables: Vec<crate::table::store::RawTable>,
+) -> Vec<u8> {
+    SnapshotState {
+        record,
+        tables: tables
+            .into_iter()
+            .map(|(name, rows)| {
+                let (keys, values) = rows.into_iter().unzip();
+                SnapshotTable { name, keys, values }
+            })
+            .collect(),
+        files: Vec::new(),
+    }
+    .encode_to_vec()
+}
+
+/// The directory of a data directory's streams (a backup's `streams/` mirrors it).
+pub(crate) fn streams_dir(dir: &Path) -> PathBuf {
+    dir.join(STREAMS_DIR)
+}
+
+/// Writes the table store of the new data directory `dir` from a backup's state file, as a
+/// follower installs a snapshot: tables and the checkpoint record in one durable
+/// transaction, the record marked as a snapshot point so that the first start builds the
+/// Raft log at it. The stream files must already be in place. Returns the applied index.
+pub(crate) fn restore_backup_state(dir: &Path, state: &[u8]) -> Result<u64, Error> {
+    let snap = SnapshotState::decode(state)
+        .map_err(|e| Error::io(format!("undecodable backup state: {e}")))?;
+    let mut cp: CheckpointFile = serde_json::from_slice(&snap.record)
+        .map_err(|e| Error::io(format!("unreadable checkpoint record in the backup: {e}")))?;
+    crate::format::check_version(cp.format, "the backup's checkpoint record")?;
+    let index = cp.applied_index;
+    cp.snapshot_point = (index > 0).then_some((index, RESTORED_TERM));
+    let record = serde_json::to_vec(&cp).map_err(|e| Error::io(e.to_string()))?;
+    let (store, existing) = TableStore::open(&dir.join(TABLES_FILE))?;
+    if existing.is_some() {
+        return Err(Error::io(format!(
+            "{} already holds a database",
+            dir.display()
+        )));
+    }
+    let tables = snap
+        .tables
+        .into_iter()
+        .map(|t| (t.name, t.keys.into_iter().zip(t.values).collect()))
+        .collect();
+    store.replace_all(tables, &record, index, cp.table_versions.iter().copied())?;
+    Ok(index)
 }
 
 /// PostgreSQL's first OID for user objects.
@@ -175,10 +264,14 @@ impl Database {
             None => match fs::read(&cp_path) {
                 Ok(bytes) => serde_json::from_slice(&bytes)
                     .map_err(|e| Error::io(format!("unreadable {}: {e}", cp_path.display())))?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => CheckpointFile::default(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => CheckpointFile {
+                    format: crate::format::FORMAT_VERSION,
+                    ..CheckpointFile::default()
+                },
                 Err(e) => return Err(Error::io(format!("{}: {e}", cp_path.display()))),
             },
         };
+        crate::format::check_version(cp.format, "the checkpoint record")?;
         let next_oid = load_catalog(dir, &catalog, &tables, &cp, default_segment_bytes)?;
         Ok(Database {
             tables: Arc::new(tables),
@@ -245,6 +338,7 @@ impl Database {
             });
         }
         let file = CheckpointFile {
+            format: crate::format::FORMAT_VERSION,
             applied_index: index,
             next_oid: self.next_oid,
             streams,
@@ -334,6 +428,7 @@ impl Database {
         let snap = SnapshotState::decode(data).map_err(|e| format!("undecodable snapshot: {e}"))?;
         let mut cp: CheckpointFile = serde_json::from_slice(&snap.record)
             .map_err(|e| format!("unreadable checkpoint record in snapshot: {e}"))?;
+        crate::format::check_version(cp.format, "the snapshot").map_err(|e| e.message)?;
         cp.applied_index = index;
         cp.snapshot_point = Some((index, term));
         let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());

@@ -62,6 +62,49 @@ pub struct StreamOptions {
     pub dedup_key: Option<String>,
     pub dedup_window_ms: Option<u64>,
     pub segment_bytes: Option<u64>,
+    /// How appends are compressed (absent from catalogs written before: the default).
+    #[serde(default)]
+    pub compression: Compression,
+}
+
+/// Arrow IPC buffer compression of a stream's appended batches (`WITH (compression = ...)`;
+/// see [`crate::ipc`]). Changing it changes how later appends are written; every frame is
+/// read whatever it was written with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    None,
+    #[default]
+    Lz4,
+    Zstd,
+}
+
+impl Compression {
+    pub fn parse(text: &str) -> Option<Compression> {
+        match text.to_ascii_lowercase().as_str() {
+            "none" => Some(Compression::None),
+            "lz4" => Some(Compression::Lz4),
+            "zstd" => Some(Compression::Zstd),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
+        }
+    }
+
+    /// Arrow's codec for it.
+    pub fn arrow(self) -> Option<arrow::ipc::CompressionType> {
+        match self {
+            Compression::None => None,
+            Compression::Lz4 => Some(arrow::ipc::CompressionType::LZ4_FRAME),
+            Compression::Zstd => Some(arrow::ipc::CompressionType::ZSTD),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

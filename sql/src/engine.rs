@@ -135,6 +135,8 @@ pub struct Engine {
     superuser: String,
     /// Started with `--peers`: a Raft listener exists, so members can be added.
     clustered: bool,
+    /// The data directory (backups read it, see [`crate::backup`]).
+    pub(crate) data_dir: std::path::PathBuf,
     /// Where statements spill what does not fit in their memory (see [`crate::memory`]).
     spill: Arc<datafusion::execution::disk_manager::DiskManager>,
     /// What every session's statements hold together (see [`crate::memory`]).
@@ -149,6 +151,7 @@ impl Engine {
     pub fn open(config: EngineConfig) -> Result<Arc<Engine>> {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| Error::io(format!("{}: {e}", config.data_dir.display())))?;
+        crate::format::check_or_init(&config.data_dir)?;
         let catalog = Arc::new(Catalog::new());
         let apply_stats = Arc::new(ApplyStats::default());
         let db = Database::open(
@@ -181,6 +184,7 @@ impl Engine {
             superuser: config.superuser,
             query_memory,
             clustered,
+            data_dir: config.data_dir.clone(),
             spill,
         }))
     }
@@ -220,6 +224,15 @@ impl Engine {
             .read_index()
             .await
             .map_err(|e| propose_error(e, "the read"))
+    }
+
+    /// Checkpoints this node now (not the other members); returns the applied index the
+    /// checkpoint covers.
+    pub async fn checkpoint(&self) -> Result<u64> {
+        self.node
+            .checkpoint()
+            .await
+            .map_err(|e| propose_error(e, "the checkpoint"))
     }
 
     /// Whether this node may serve clients: not once it stopped applying the log (poisoned:
@@ -690,6 +703,9 @@ fn streams_schema() -> SchemaRef {
         Field::new("retention", DataType::Utf8, true),
         Field::new("retention_bytes", DataType::Int64, true),
         Field::new("oldest_ts", crate::definition::ts_type(), true),
+        Field::new("compression", DataType::Utf8, false),
+        Field::new("logical_bytes", DataType::Int64, false),
+        Field::new("compression_ratio", DataType::Float64, true),
     ]))
 }
 
@@ -710,6 +726,11 @@ fn streams_table(engine: &Engine) -> DFResult<Arc<dyn TableProvider>> {
     let streams = engine.catalog.list();
     let schema = streams_schema();
     let retention = |ms: Option<u64>| ms.map(|m| format!("{} ms", m));
+    // (stored, uncompressed) bytes, read once so the ratio agrees with `bytes`
+    let sizes: Vec<(u64, u64)> = streams
+        .iter()
+        .map(|s| (s.log.size_bytes(), s.log.logical_bytes()))
+        .collect();
     let batch = RecordBatch::try_new(
         schema.clone(),
         vec![
@@ -723,7 +744,7 @@ fn streams_table(engine: &Engine) -> DFResult<Arc<dyn TableProvider>> {
                 streams.iter().map(|s| s.log.next_offset() as i64),
             )),
             Arc::new(Int64Array::from_iter_values(
-                streams.iter().map(|s| s.log.size_bytes() as i64),
+                sizes.iter().map(|(bytes, _)| *bytes as i64),
             )),
             Arc::new(Int64Array::from_iter_values(
                 streams.iter().map(|s| s.log.segments().len() as i64),
@@ -747,6 +768,15 @@ fn streams_table(engine: &Engine) -> DFResult<Arc<dyn TableProvider>> {
                 )
                 .with_timezone("UTC"),
             ),
+            Arc::new(StringArray::from_iter_values(
+                streams.iter().map(|s| s.def.options.compression.name()),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                sizes.iter().map(|(_, logical)| *logical as i64),
+            )),
+            Arc::new(arrow::array::Float64Array::from_iter(sizes.iter().map(
+                |(bytes, logical)| (*bytes > 0).then(|| *logical as f64 / *bytes as f64),
+            ))),
         ],
     )?;
     Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))

@@ -4,19 +4,29 @@
 //! what arrow's `StreamWriter` writes, so any IPC reader reads it. A stream
 //! caches its schema message ([`Stream::ipc_schema`](crate::catalog::Stream::ipc_schema)),
 //! so the hot path encodes only the batch.
+//!
+//! A stream's appends may use Arrow's own buffer compression (LZ4 frame or ZSTD, per
+//! buffer, recorded in the record batch message, so every IPC reader decodes it): a batch
+//! whose Arrow buffers hold at least [`COMPRESS_MIN_BYTES`] is compressed; a smaller one is
+//! not (each compressed buffer carries an 8-byte length, which a one-row batch does not
+//! earn back). Arrow keeps a buffer uncompressed where compression does not shrink it.
 
 use arrow::array::RecordBatch;
 use arrow::ipc::writer::{
     write_message, DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions,
 };
+use arrow::ipc::CompressionType;
 
 use crate::error::{Error, Result};
 
 /// Arrow IPC stream bytes of one batch: the form rows take in a command and
 /// in a segment.
 pub fn encode_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
-    encode_ipc_with(&ipc_schema_message(&batch.schema())?, batch)
+    encode_ipc_with(&ipc_schema_message(&batch.schema())?, batch, None)
 }
+
+/// Batches with fewer bytes of Arrow buffers than this are never compressed.
+pub const COMPRESS_MIN_BYTES: usize = 1024;
 
 /// The IPC schema message that opens a stream of batches of `schema`. A
 /// stream keeps its own ([`Stream::ipc_schema`](crate::catalog::Stream::ipc_schema)), so an INSERT encodes
@@ -36,9 +46,20 @@ pub fn ipc_schema_message(schema: &arrow::datatypes::Schema) -> Result<Vec<u8>> 
 
 /// The Arrow IPC stream bytes of one batch — `schema_message` (the
 /// batch's schema, from [`ipc_schema_message`]), the batch, the end
-/// marker — exactly what a `StreamWriter` writes.
-pub fn encode_ipc_with(schema_message: &[u8], batch: &RecordBatch) -> Result<Vec<u8>> {
-    let options = IpcWriteOptions::default();
+/// marker — exactly what a `StreamWriter` writes; with `compression`, its
+/// buffers compressed if the batch is large enough (see the module's notes).
+pub fn encode_ipc_with(
+    schema_message: &[u8],
+    batch: &RecordBatch,
+    compression: Option<CompressionType>,
+) -> Result<Vec<u8>> {
+    let data_bytes: usize = batch.columns().iter().map(|c| data_len(&c.to_data())).sum();
+    let options = match compression {
+        Some(c) if data_bytes >= COMPRESS_MIN_BYTES => {
+            IpcWriteOptions::default().try_with_compression(Some(c))?
+        }
+        _ => IpcWriteOptions::default(),
+    };
     let mut tracker = DictionaryTracker::new(false);
     let (dictionaries, encoded) = IpcDataGenerator::default().encode(
         batch,
@@ -54,6 +75,13 @@ pub fn encode_ipc_with(schema_message: &[u8], batch: &RecordBatch) -> Result<Vec
     write_message(&mut buf, encoded, &options)?;
     buf.extend_from_slice(&IPC_END_OF_STREAM);
     Ok(buf)
+}
+
+/// Bytes of `data`'s buffers (their lengths, not their allocations), children included.
+fn data_len(data: &arrow::array::ArrayData) -> usize {
+    data.buffers().iter().map(|b| b.len()).sum::<usize>()
+        + data.nulls().map_or(0, |n| n.buffer().len())
+        + data.child_data().iter().map(data_len).sum::<usize>()
 }
 
 /// The end-of-stream marker: continuation marker, zero-length message.
@@ -104,8 +132,46 @@ mod tests {
             w.finish().unwrap();
         }
         let header = ipc_schema_message(&b.schema()).unwrap();
-        assert_eq!(encode_ipc_with(&header, &b).unwrap(), expected);
+        assert_eq!(encode_ipc_with(&header, &b, None).unwrap(), expected);
+        // too small to compress
+        assert_eq!(
+            encode_ipc_with(&header, &b, Some(CompressionType::ZSTD)).unwrap(),
+            expected
+        );
         assert_eq!(encode_ipc(&b).unwrap(), expected);
         assert_eq!(decode_ipc(&expected).unwrap(), b);
+    }
+
+    #[test]
+    fn large_batches_are_compressed_and_read_back_by_any_reader() {
+        let schema = Arc::new(Schema::new(vec![Field::new("p", DataType::Utf8, false)]));
+        let rows: Vec<String> = (0..200)
+            .map(|i| format!("event {i} {}", "x".repeat(100)))
+            .collect();
+        let b =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(rows))]).unwrap();
+        let header = ipc_schema_message(&schema).unwrap();
+        let plain = encode_ipc_with(&header, &b, None).unwrap();
+        for c in [CompressionType::LZ4_FRAME, CompressionType::ZSTD] {
+            let packed = encode_ipc_with(&header, &b, Some(c)).unwrap();
+            assert!(
+                packed.len() * 4 < plain.len(),
+                "{c:?}: {} vs {}",
+                packed.len(),
+                plain.len()
+            );
+            assert_eq!(decode_ipc(&packed).unwrap(), b);
+            // the stored payload's uncompressed size is known without decompressing
+            let logical = sluice_storage::frame::logical_len(&packed);
+            assert!(
+                logical.abs_diff(plain.len() as u64) <= 64,
+                "{c:?}: logical {logical} vs plain {}",
+                plain.len()
+            );
+        }
+        assert_eq!(
+            sluice_storage::frame::logical_len(&plain),
+            plain.len() as u64
+        );
     }
 }

@@ -111,6 +111,7 @@ mod tests {
             base_offset: base,
             next_offset: next,
             bytes,
+            logical_bytes: bytes,
             min_ts_micros: max_ts,
             max_ts_micros: max_ts,
             path: PathBuf::new(),

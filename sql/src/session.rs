@@ -50,6 +50,7 @@ use crate::table::TxnTables;
 use crate::tail::Tail;
 
 mod append;
+mod backup;
 mod block_ddl;
 mod copy_from;
 pub use copy_from::{CopyTarget, PendingCopy};

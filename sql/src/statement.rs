@@ -17,7 +17,9 @@ use sqlparser::keywords::Keyword;
 use sqlparser::tokenizer::{Token, Tokenizer, Whitespace, Word};
 
 pub use crate::ast::normalize_ident;
-use crate::definition::{ColumnDef, StreamDef, StreamOptions, TableDef, OFFSET_COLUMN, TS_COLUMN};
+use crate::definition::{
+    ColumnDef, Compression, StreamDef, StreamOptions, TableDef, OFFSET_COLUMN, TS_COLUMN,
+};
 use crate::error::{sqlstate, Error, Result};
 use crate::param_type::ParamType;
 use crate::table::check_name;
@@ -184,6 +186,7 @@ pub struct OptionChanges {
     pub retention_ms: Option<Option<u64>>,
     pub retention_bytes: Option<Option<u64>>,
     pub dedup_window_ms: Option<Option<u64>>,
+    pub compression: Option<Compression>,
 }
 
 impl OptionChanges {
@@ -198,6 +201,9 @@ impl OptionChanges {
         }
         if let Some(v) = self.dedup_window_ms {
             o.dedup_window_ms = v;
+        }
+        if let Some(v) = self.compression {
+            o.compression = v;
         }
         if o.dedup_window_ms.is_some() && o.dedup_key.is_none() {
             return Err(Error::new(
@@ -1020,6 +1026,7 @@ fn option_changes(options: &[SqlOption]) -> Result<OptionChanges> {
                 })
             }
             "dedup_window" => c.dedup_window_ms = Some(duration()?),
+            "compression" => c.compression = Some(compression(&text)?),
             fixed @ ("dedup_key" | "segment_bytes") => {
                 return Err(Error::unsupported(format!(
                     "{fixed} cannot be changed after the stream is created"
@@ -1028,7 +1035,7 @@ fn option_changes(options: &[SqlOption]) -> Result<OptionChanges> {
             other => {
                 return Err(Error::new(
                     sqlstate::INVALID_PARAMETER_VALUE,
-                    format!("unrecognized stream option \"{other}\" (ALTER can set: retention, retention_bytes, dedup_window)"),
+                    format!("unrecognized stream option \"{other}\" (ALTER can set: retention, retention_bytes, dedup_window, compression)"),
                 ))
             }
         }
@@ -1414,15 +1421,26 @@ fn stream_options(opts: &CreateTableOptions) -> Result<StreamOptions> {
             "dedup_key" => o.dedup_key = Some(text),
             "dedup_window" => o.dedup_window_ms = Some(units::parse_duration_ms(&text)?),
             "segment_bytes" => o.segment_bytes = Some(units::parse_bytes(&text)?.max(4096)),
+            "compression" => o.compression = compression(&text)?,
             other => {
                 return Err(Error::new(
                     sqlstate::INVALID_PARAMETER_VALUE,
-                    format!("unrecognized stream option \"{other}\" (known: retention, retention_bytes, dedup_key, dedup_window, segment_bytes)"),
+                    format!("unrecognized stream option \"{other}\" (known: retention, retention_bytes, dedup_key, dedup_window, segment_bytes, compression)"),
                 ))
             }
         }
     }
     Ok(o)
+}
+
+/// The `compression` option's value.
+fn compression(text: &str) -> Result<Compression> {
+    Compression::parse(text).ok_or_else(|| {
+        Error::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid value for compression: \"{text}\" (known: lz4, zstd, none)"),
+        )
+    })
 }
 
 /// Parameter types a statement states with casts (`$1::int`), by number.

@@ -110,6 +110,77 @@ pub fn verify_checksum(header: &FrameHeader, payload: &[u8]) -> bool {
         && checksum(header.base_offset, header.rows, header.ts_micros, payload) == header.crc
 }
 
+/// The size `payload` (Arrow IPC stream bytes) would have without buffer compression: its
+/// length, with each compressed buffer counted at the length its 8-byte prefix records
+/// (Arrow's LZ4/ZSTD buffer compression). A payload that does not parse counts as its
+/// length. Reads only message headers and buffer prefixes: nothing is decompressed.
+pub fn logical_len(payload: &[u8]) -> u64 {
+    let stored = payload.len() as u64;
+    let mut at = 0usize;
+    let mut compressed: u64 = 0;
+    let mut uncompressed: u64 = 0;
+    while let Some((message, body)) = next_message(payload, &mut at) {
+        let batch = message
+            .header_as_record_batch()
+            .or_else(|| message.header_as_dictionary_batch().and_then(|d| d.data()));
+        let Some(batch) = batch.filter(|b| b.compression().is_some()) else {
+            continue;
+        };
+        for buffer in batch.buffers().into_iter().flatten() {
+            let (Ok(offset), Ok(len)) = (
+                usize::try_from(buffer.offset()),
+                usize::try_from(buffer.length()),
+            ) else {
+                return stored;
+            };
+            let Some(prefix) = body
+                .get(offset..offset.saturating_add(8))
+                .filter(|_| len >= 8)
+            else {
+                continue;
+            };
+            let mut raw = [0u8; 8];
+            raw.copy_from_slice(prefix);
+            let recorded = i64::from_le_bytes(raw);
+            compressed += len as u64;
+            uncompressed += if recorded < 0 {
+                len as u64 - 8
+            } else {
+                recorded as u64
+            };
+        }
+    }
+    stored - compressed.min(stored) + uncompressed
+}
+
+/// The next encapsulated IPC message at `*at` (continuation marker, metadata length,
+/// metadata, body): its header and its body. `None` at the end-of-stream marker, the end of
+/// the bytes, or anything malformed.
+fn next_message<'a>(
+    bytes: &'a [u8],
+    at: &mut usize,
+) -> Option<(arrow::ipc::Message<'a>, &'a [u8])> {
+    let word = |i: usize| -> Option<u32> {
+        let b = bytes.get(i..i + 4)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let mut start = *at;
+    if word(start)? == u32::MAX {
+        start += 4;
+    }
+    let meta_len = usize::try_from(word(start)?).ok()?;
+    if meta_len == 0 {
+        return None;
+    }
+    let meta = bytes.get(start + 4..(start + 4).checked_add(meta_len)?)?;
+    let message = arrow::ipc::root_as_message(meta).ok()?;
+    let body_len = usize::try_from(message.bodyLength()).ok()?;
+    let body_start = start + 4 + meta_len;
+    let body = bytes.get(body_start..body_start.checked_add(body_len)?)?;
+    *at = body_start + body_len;
+    Some((message, body))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -198,6 +198,9 @@ pub struct Segment {
     file: Arc<SegmentFile>,
     frames: Vec<FrameEntry>,
     bytes: u64,
+    /// What the frames' payloads would take without buffer compression
+    /// ([`frame::logical_len`]), headers included.
+    logical_bytes: u64,
     min_ts_micros: Option<i64>,
     max_ts_micros: Option<i64>,
 }
@@ -209,6 +212,7 @@ impl Segment {
             file,
             frames: Vec::new(),
             bytes: 0,
+            logical_bytes: 0,
             min_ts_micros: None,
             max_ts_micros: None,
         }
@@ -286,16 +290,20 @@ impl Segment {
                     ),
                 ));
             }
-            segment.push(FrameEntry {
-                base_offset: header.base_offset,
-                position,
-                // frame_len <= u32::MAX: payload_len is at most MAX_PAYLOAD_LEN on write,
-                // and a checksum-verified header is one we wrote.
-                len: u32::try_from(header.frame_len())
-                    .map_err(|_| Error::corrupt(path, position, "frame too long"))?,
-                rows: header.rows,
-                ts_micros: header.ts_micros,
-            });
+            // frame_len <= u32::MAX: payload_len is at most MAX_PAYLOAD_LEN on write, and a
+            // checksum-verified header is one we wrote.
+            let len = u32::try_from(header.frame_len())
+                .map_err(|_| Error::corrupt(path, position, "frame too long"))?;
+            segment.push(
+                HEADER_LEN as u64 + frame::logical_len(&payload),
+                FrameEntry {
+                    base_offset: header.base_offset,
+                    position,
+                    len,
+                    rows: header.rows,
+                    ts_micros: header.ts_micros,
+                },
+            );
         }
         Ok(segment)
     }
@@ -316,8 +324,10 @@ impl Segment {
         }
     }
 
-    /// Adds the frame just written at the end of the segment.
-    pub fn push(&mut self, entry: FrameEntry) {
+    /// Adds the frame just written at the end of the segment; uncompressed it would take
+    /// `logical` bytes (header included, see [`frame::logical_len`]).
+    pub fn push(&mut self, logical: u64, entry: FrameEntry) {
+        self.logical_bytes += logical;
         self.bytes = entry.position + u64::from(entry.len);
         self.min_ts_micros = Some(
             self.min_ts_micros
@@ -352,6 +362,11 @@ impl Segment {
     /// Bytes of complete frames in the file.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// What [`Segment::bytes`] would be without buffer compression.
+    pub fn logical_bytes(&self) -> u64 {
+        self.logical_bytes
     }
 
     /// The offset after the last frame (the base if there is none).

@@ -91,6 +91,8 @@ pub struct SegmentInfo {
     pub base_offset: u64,
     pub next_offset: u64,
     pub bytes: u64,
+    /// `bytes` without Arrow buffer compression.
+    pub logical_bytes: u64,
     pub min_ts_micros: Option<i64>,
     pub max_ts_micros: Option<i64>,
     pub path: PathBuf,
@@ -338,14 +340,18 @@ impl StreamLog {
         w.active_len += u64::from(len);
         w.active_unsynced = true;
 
+        let logical = HEADER_LEN as u64 + frame::logical_len(ipc);
         let mut index = self.index.write();
-        index.active.push(FrameEntry {
-            base_offset,
-            position,
-            len,
-            rows,
-            ts_micros,
-        });
+        index.active.push(
+            logical,
+            FrameEntry {
+                base_offset,
+                position,
+                len,
+                rows,
+                ts_micros,
+            },
+        );
         index.next_offset = base_offset + u64::from(rows);
         index.last_ts_micros = Some(ts_micros);
         Ok(base_offset)
@@ -566,6 +572,7 @@ impl StreamLog {
                 base_offset: s.base(),
                 next_offset: s.end_offset(),
                 bytes: s.bytes(),
+                logical_bytes: s.logical_bytes(),
                 min_ts_micros: s.min_ts_micros(),
                 max_ts_micros: s.max_ts_micros(),
                 path: s.file().path().to_path_buf(),
@@ -576,6 +583,15 @@ impl StreamLog {
     /// Bytes of all segment files.
     pub fn size_bytes(&self) -> u64 {
         self.index.read().segments().map(Segment::bytes).sum()
+    }
+
+    /// What [`StreamLog::size_bytes`] would be without Arrow buffer compression.
+    pub fn logical_bytes(&self) -> u64 {
+        self.index
+            .read()
+            .segments()
+            .map(Segment::logical_bytes)
+            .sum()
     }
 
     /// The stream's directory.

@@ -47,6 +47,12 @@ impl Server {
             .prefix("sluice-test-")
             .tempdir()
             .expect("create temporary data directory");
+        Server::start_in(data_dir, args).await
+    }
+
+    /// Like [`Server::start_with`], on a data directory the test prepared (a copy of a
+    /// fixture); the server owns it from now on.
+    pub async fn start_in(data_dir: TempDir, args: &[&str]) -> Server {
         let mut server = Server {
             child: None,
             port: 0,

@@ -61,6 +61,11 @@ pub(crate) enum Request<R> {
     /// If this node leads, hand leadership to the most up-to-date other voter (before a
     /// clean shutdown). Answered at once.
     StepDown { reply: oneshot::Sender<Outcome<()>> },
+    /// Checkpoint the state machine now (and compact the log); answered at once with the
+    /// index the checkpoint covers. Local: other members are not asked.
+    Checkpoint {
+        reply: oneshot::Sender<Outcome<u64>>,
+    },
 }
 
 /// The payload a waiter still has to place in the log (kept until a leader accepts it).
@@ -377,6 +382,10 @@ impl<SM: StateMachine> Driver<SM> {
                     }
                 }
                 let _ = reply.send(Ok(()));
+                return;
+            }
+            Request::Checkpoint { reply } => {
+                let _ = reply.send(self.checkpoint_now());
                 return;
             }
         };
@@ -1154,6 +1163,22 @@ impl<SM: StateMachine> Driver<SM> {
         Ok(())
     }
 
+    /// A checkpoint a client asked for (a backup): between Readies, so everything applied is
+    /// covered. A failure poisons the node, as a periodic checkpoint's does.
+    fn checkpoint_now(&mut self) -> Outcome<u64> {
+        if let Some(reason) = &self.poisoned {
+            return Err(ProposeError::Failed(reason.clone()));
+        }
+        match self.checkpoint() {
+            Ok(()) => Ok(self.applied),
+            Err(e) => {
+                let message = e.to_string();
+                self.poison(e);
+                Err(ProposeError::Failed(message))
+            }
+        }
+    }
+
     /// Clean shutdown: refuse what is still queued, checkpoint, answer every waiter.
     fn finish(mut self, mut queue: mpsc::Receiver<Request<SM::Response>>) {
         queue.close();
@@ -1164,6 +1189,7 @@ impl<SM: StateMachine> Driver<SM> {
                 Request::ChangeMembership { reply, .. }
                 | Request::ReadIndex { reply }
                 | Request::StepDown { reply } => drop(reply.send(Err(err))),
+                Request::Checkpoint { reply } => drop(reply.send(Err(err))),
             }
         }
         if self.poisoned.is_none() {

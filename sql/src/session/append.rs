@@ -189,10 +189,12 @@ impl Session {
         stream: &Arc<Stream>,
         batch: &RecordBatch,
     ) -> Result<Option<Appended>> {
+        let compression = stream.def.options.compression.arrow();
         let ipc = if *batch.schema() == *stream.user_schema {
-            crate::ipc::encode_ipc_with(stream.ipc_schema()?, batch)?
+            crate::ipc::encode_ipc_with(stream.ipc_schema()?, batch, compression)?
         } else {
-            crate::ipc::encode_ipc(batch)?
+            let schema = crate::ipc::ipc_schema_message(&batch.schema())?;
+            crate::ipc::encode_ipc_with(&schema, batch, compression)?
         };
         if stream.def.id >= LOCAL_ID_BASE && stream.def.options.dedup_key.is_some() {
             // its dedup index starts when the stream is committed

@@ -39,6 +39,10 @@ impl Session {
                 self.stream(&name)?;
                 Ok(no_rows())
             }
+            Parsed::Query(stmt) if super::backup::backup_call(stmt)?.is_some() => Ok(Description {
+                params: vec![],
+                schema: Some(super::backup::backup_schema()),
+            }),
             Parsed::Query(stmt) => {
                 let plan = self.plan(stmt).await?;
                 // fields, not just types: a parameter compared with a column

@@ -69,6 +69,9 @@ impl Session {
         stmt: &Statement,
         params: &[ScalarValue],
     ) -> Result<Output> {
+        if let Some(dir) = super::backup::backup_call(stmt)? {
+            return self.backup(dir).await;
+        }
         // held until the plan is optimized and started (`execute_stream` below)
         let (mut plan, _planning) = self.plan_reserved(stmt).await?;
         if !params.is_empty() {

@@ -381,22 +381,22 @@ impl TableStore {
     /// then empty) to get the whole state.
     pub fn dump(&self) -> Result<Vec<RawTable>> {
         let txn = self.db.begin_read().map_err(storage_err)?;
-        let mut out = Vec::new();
-        for handle in txn.list_tables().map_err(storage_err)? {
-            let name = handle.name().to_string();
-            if name == "meta" {
-                continue;
-            }
-            let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&name);
-            let table = txn.open_table(def).map_err(storage_err)?;
-            let mut rows = Vec::new();
-            for item in table.iter().map_err(storage_err)? {
-                let (k, v) = item.map_err(storage_err)?;
-                rows.push((k.value().to_vec(), v.value().to_vec()));
-            }
-            out.push((name, rows));
-        }
-        Ok(out)
+        dump_tables(&txn)
+    }
+
+    /// The last checkpoint's record and every table as of it, raw, from one read
+    /// transaction (so they agree whatever checkpoints run meanwhile): what a backup holds.
+    pub fn dump_with_record(&self) -> Result<(Option<Vec<u8>>, Vec<RawTable>)> {
+        let txn = self.db.begin_read().map_err(storage_err)?;
+        let record = match txn.open_table(META) {
+            Ok(t) => t
+                .get(CHECKPOINT_KEY)
+                .map_err(storage_err)?
+                .map(|g| g.value().to_vec()),
+            Err(TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(storage_err(e)),
+        };
+        Ok((record, dump_tables(&txn)?))
     }
 
     /// Replaces every table with `tables` (from [`TableStore::dump`] on another replica) and
@@ -434,6 +434,26 @@ impl TableStore {
         live.versions = versions.into_iter().collect();
         Ok(())
     }
+}
+
+/// Every table but `meta` in `txn`, raw.
+fn dump_tables(txn: &redb::ReadTransaction) -> Result<Vec<RawTable>> {
+    let mut out = Vec::new();
+    for handle in txn.list_tables().map_err(storage_err)? {
+        let name = handle.name().to_string();
+        if name == "meta" {
+            continue;
+        }
+        let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&name);
+        let table = txn.open_table(def).map_err(storage_err)?;
+        let mut rows = Vec::new();
+        for item in table.iter().map_err(storage_err)? {
+            let (k, v) = item.map_err(storage_err)?;
+            rows.push((k.value().to_vec(), v.value().to_vec()));
+        }
+        out.push((name, rows));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
