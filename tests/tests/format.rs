@@ -3,7 +3,7 @@
 //! part of its history behind a checkpoint, the rest only in the Raft log of a killed
 //! server). Every run opens a copy and reads back exactly what was written — stream frames,
 //! the table store and its checkpoint record, WAL records replayed on top, roles, views,
-//! indexes, consumer offsets. A change to any of those bytes that this build no longer reads
+//! indexes, consumer offsets, frames compressed with ZSTD and LZ4. A change to any of those bytes that this build no longer reads
 //! fails here; a deliberate change raises `sluice_sql::format::FORMAT_VERSION`, keeps a
 //! reader of format 1 and adds a fixture of the new format.
 //!
@@ -84,9 +84,31 @@ async fn the_format_1_fixture_opens_with_everything_it_holds() {
     expected.extend(["42|late|||||us", "43|later|||||eu", "44|txn|1.00||||eu"].map(String::from));
     assert_eq!(events, expected);
     assert_eq!(
-        q("SELECT name, first_offset, next_offset, segments FROM sluice_streams ORDER BY name")
-            .await,
-        ["dedup|0|2|1", "events|5|45|3"]
+        q(
+            "SELECT name, first_offset, next_offset, segments, compression FROM sluice_streams \
+           ORDER BY name"
+        )
+        .await,
+        ["dedup|0|2|1|lz4", "events|5|45|3|lz4", "packed|0|150|1|lz4"]
+    );
+    // compressed frames: zstd before the checkpoint, lz4 after ALTER (replayed from the WAL)
+    let packed = q("SELECT offset, n, body FROM packed ORDER BY offset").await;
+    let expected: Vec<String> = (1..=150)
+        .map(|n: i64| {
+            let body = if n <= 100 {
+                format!("body {} ", n % 5).repeat(20)
+            } else {
+                format!("lz4 {} ", n % 3).repeat(30)
+            };
+            format!("{}|{n}|{body}", n - 1)
+        })
+        .collect();
+    assert_eq!(packed, expected);
+    let ratio = q("SELECT compression_ratio > 5 FROM sluice_streams WHERE name = 'packed'").await;
+    assert_eq!(
+        ratio,
+        ["t"],
+        "the sizes are read from the compressed frames"
     );
     // commit times come from the frame headers: increasing, and all from the day the
     // fixture was written
