@@ -1,11 +1,12 @@
-//! Counters the node task bumps as it works. They are plain relaxed atomics: each one is
-//! monotonic on its own, and readers (the server's metrics endpoint, tests) never need a
-//! consistent snapshot across counters.
+//! Counters and histograms the node task bumps as it works. They are plain relaxed atomics:
+//! each one is monotonic on its own, and readers (the server's metrics endpoint, tests)
+//! never need a consistent snapshot across counters. A histogram has fixed buckets (no
+//! allocation after start, bounded memory).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Monotonic counters of the node's work.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     /// Proposals received by the node task (including ones it then rejected).
     pub proposals: AtomicU64,
@@ -24,6 +25,99 @@ pub struct Metrics {
     pub snapshots_built: AtomicU64,
     /// Snapshots received and installed.
     pub snapshots_installed: AtomicU64,
+    /// Time of each fsync of the Raft log, in microseconds.
+    pub fsync_micros: Histogram,
+    /// Log entries made durable by each fsync (the group-commit factor, per fsync).
+    pub entries_per_fsync: Histogram,
+    /// From a request reaching the node task to its answer (applied here), in microseconds.
+    pub commit_micros: Histogram,
+}
+
+/// Bucket bounds for latencies in microseconds: 50 µs .. 5 s.
+pub const LATENCY_MICROS: &[u64] = &[
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
+    5_000_000,
+];
+
+/// Bucket bounds for counts: 1 .. 4096.
+pub const COUNTS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096];
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            proposals: AtomicU64::new(0),
+            committed_entries: AtomicU64::new(0),
+            log_writes: AtomicU64::new(0),
+            log_fsyncs: AtomicU64::new(0),
+            log_bytes: AtomicU64::new(0),
+            checkpoints: AtomicU64::new(0),
+            snapshots_built: AtomicU64::new(0),
+            snapshots_installed: AtomicU64::new(0),
+            fsync_micros: Histogram::new(LATENCY_MICROS),
+            entries_per_fsync: Histogram::new(COUNTS),
+            commit_micros: Histogram::new(LATENCY_MICROS),
+        }
+    }
+}
+
+/// Most buckets a [`Histogram`] has (its bounds, plus one for everything above them).
+const MAX_BUCKETS: usize = 16;
+
+/// A histogram with fixed upper bounds (Prometheus' `le`), observed with relaxed atomics.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [u64],
+    /// Per bucket (not cumulative); the last counts values above every bound.
+    buckets: [AtomicU64; MAX_BUCKETS],
+    sum: AtomicU64,
+    count: AtomicU64,
+}
+
+/// A histogram as read: cumulative counts per bound, then the total.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    /// (upper bound, observations at or below it), in bound order.
+    pub buckets: Vec<(u64, u64)>,
+    pub sum: u64,
+    pub count: u64,
+}
+
+impl Histogram {
+    /// `bounds` ascending, at most `MAX_BUCKETS - 1` of them.
+    pub fn new(bounds: &'static [u64]) -> Histogram {
+        assert!(bounds.len() < MAX_BUCKETS && bounds.is_sorted());
+        Histogram {
+            bounds,
+            buckets: Default::default(),
+            sum: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, value: u64) {
+        let i = self.bounds.partition_point(|b| *b < value);
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(value, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut cumulative = 0;
+        let buckets = self
+            .bounds
+            .iter()
+            .zip(&self.buckets)
+            .map(|(bound, n)| {
+                cumulative += n.load(Ordering::Relaxed);
+                (*bound, cumulative)
+            })
+            .collect();
+        HistogramSnapshot {
+            buckets,
+            sum: self.sum.load(Ordering::Relaxed),
+            count: self.count.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl Metrics {
@@ -34,5 +128,26 @@ impl Metrics {
     /// Reads a counter.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_land_in_cumulative_buckets() {
+        let h = Histogram::new(&[1, 10, 100]);
+        for v in [0, 1, 2, 10, 11, 100, 1000] {
+            h.observe(v);
+        }
+        assert_eq!(
+            h.snapshot(),
+            HistogramSnapshot {
+                buckets: vec![(1, 2), (10, 4), (100, 6)],
+                sum: 1124,
+                count: 7
+            }
+        );
     }
 }

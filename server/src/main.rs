@@ -175,7 +175,8 @@ fn backup(args: &BackupArgs) -> Result<String, String> {
             .map_err(|e| format!("cannot connect to {}:{}: {e}", args.host, args.port))?;
         tokio::spawn(connection);
         let messages = client
-            .simple_query(&sql)
+            // a server-wide statement_timeout would cut a large backup short
+            .simple_query(&format!("SET statement_timeout = 0; {sql}"))
             .await
             .map_err(|e| match e.as_db_error() {
                 Some(db) => format!("{} ({})", db.message(), db.code().code()),

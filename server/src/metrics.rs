@@ -1,7 +1,8 @@
 //! The Prometheus endpoint: `GET /metrics` on `--metrics-listen` answers the server's
 //! counters (`sluice_stats`), every stream's shape (`sluice_streams`), the cluster's view of
-//! itself (`sluice_cluster`) and each consumer's committed offset and lag
-//! (`consumer_offsets` against the stream's next offset), in Prometheus' text format 0.0.4.
+//! itself (`sluice_cluster`), each consumer's committed offset and lag (`consumer_offsets`
+//! against the stream's next offset) and the Raft node's histograms (fsync time, entries
+//! per fsync, request-to-answer time), in Prometheus' text format 0.0.4.
 //!
 //! It owns a deliberately small HTTP/1.1 responder — one request per connection, answered
 //! with `Connection: close` — rather than an HTTP stack: a scrape is the only request it
@@ -147,6 +148,7 @@ pub async fn render(engine: &Arc<Engine>) -> sluice_sql::Result<String> {
     for (name, value) in engine.stats() {
         let (metric, kind) = match name {
             "streams" => ("sluice_streams".to_string(), "gauge"),
+            "sessions" => ("sluice_sessions".to_string(), "gauge"),
             _ => (format!("sluice_{name}_total"), "counter"),
         };
         text.family(&metric, kind, &format!("sluice_stats.{name}"));
@@ -240,6 +242,29 @@ pub async fn render(engine: &Arc<Engine>) -> sluice_sql::Result<String> {
     {
         text.sample("sluice_raft_peer_lag", &[("node_id", &row[0])], &row[6]);
     }
+    let raft = engine.raft_metrics();
+    for (name, help, h, per_unit) in [
+        (
+            "sluice_log_fsync_seconds",
+            "time of each fsync of the Raft log",
+            &raft.fsync_micros,
+            1e6,
+        ),
+        (
+            "sluice_log_entries_per_fsync",
+            "Raft log entries made durable by one fsync (group commit)",
+            &raft.entries_per_fsync,
+            1.0,
+        ),
+        (
+            "sluice_commit_seconds",
+            "from a request reaching the Raft node to its answer, applied on this node",
+            &raft.commit_micros,
+            1e6,
+        ),
+    ] {
+        text.histogram(name, help, &h.snapshot(), per_unit);
+    }
     if let Some(rss) = resident_bytes() {
         text.family(
             "process_resident_memory_bytes",
@@ -303,6 +328,29 @@ impl Text {
     fn family(&mut self, name: &str, kind: &str, help: &str) {
         let help = help.replace('\\', "\\\\").replace('\n', "\\n");
         let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    /// A histogram family: cumulative `_bucket`s, `_sum`, `_count`, in the histogram's unit
+    /// divided by `per_unit` (1e6: microseconds as seconds).
+    fn histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        h: &sluice_consensus::metrics::HistogramSnapshot,
+        per_unit: f64,
+    ) {
+        self.family(name, "histogram", help);
+        let bucket = format!("{name}_bucket");
+        for (bound, n) in &h.buckets {
+            self.sample(
+                &bucket,
+                &[("le", &(*bound as f64 / per_unit).to_string())],
+                n,
+            );
+        }
+        self.sample(&bucket, &[("le", "+Inf")], h.count);
+        self.sample(&format!("{name}_sum"), &[], h.sum as f64 / per_unit);
+        self.sample(&format!("{name}_count"), &[], h.count);
     }
 
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {

@@ -150,6 +150,14 @@ pub(crate) fn recorded_state(dir: &Path, record: &[u8]) -> Result<RecordedState,
     })
 }
 
+/// The streams a backup's state file records, as paths relative to a data directory
+/// (`streams/<id>`), and its applied index.
+pub(crate) fn backup_state_streams(state: &[u8]) -> Result<RecordedState, Error> {
+    let snap = SnapshotState::decode(state)
+        .map_err(|e| Error::io(format!("undecodable backup state: {e}")))?;
+    recorded_state(Path::new(""), &snap.record)
+}
+
 /// A backup's state file: the checkpoint record and every table, raw (a Raft snapshot's
 /// message without the stream files, which a backup keeps as files).
 pub(crate) fn encode_backup_state(
@@ -158,16 +166,47 @@ pub(crate) fn encode_backup_state(
 ) -> Vec<u8> {
     SnapshotState {
         record,
-        tables: tables
-            .into_iter()
-            .map(|(name, rows)| {
-                let (keys, values) = rows.into_iter().unzip();
-                SnapshotTable { name, keys, values }
-            })
-            .collect(),
+        tables: snapshot_tables(tables),
         files: Vec::new(),
     }
     .encode_to_vec()
+}
+
+/// Tables as a snapshot carries them.
+fn snapshot_tables(tables: Vec<crate::table::store::RawTable>) -> Vec<SnapshotTable> {
+    tables
+        .into_iter()
+        .map(|(name, rows)| {
+            let (keys, values) = rows.into_iter().unzip();
+            SnapshotTable { name, keys, values }
+        })
+        .collect()
+}
+
+/// A snapshot's tables as the table store takes them.
+fn raw_tables(tables: Vec<SnapshotTable>) -> Vec<crate::table::store::RawTable> {
+    tables
+        .into_iter()
+        .map(|t| (t.name, t.keys.into_iter().zip(t.values).collect()))
+        .collect()
+}
+
+/// A checkpoint record from a snapshot or a backup (`what`), checked for its format and
+/// marked as restored at `point` (index, term) — its own index for a backup when `point`
+/// is `None` — and the record as it is stored.
+fn at_snapshot_point(
+    record: &[u8],
+    point: Option<(u64, u64)>,
+    what: &str,
+) -> Result<(CheckpointFile, Vec<u8>), Error> {
+    let mut cp: CheckpointFile = serde_json::from_slice(record)
+        .map_err(|e| Error::io(format!("unreadable checkpoint record in {what}: {e}")))?;
+    crate::format::check_version(cp.format, what)?;
+    let (index, term) = point.unwrap_or((cp.applied_index, RESTORED_TERM));
+    cp.applied_index = index;
+    cp.snapshot_point = (index > 0).then_some((index, term));
+    let stored = serde_json::to_vec(&cp).map_err(|e| Error::io(e.to_string()))?;
+    Ok((cp, stored))
 }
 
 /// The directory of a data directory's streams (a backup's `streams/` mirrors it).
@@ -182,12 +221,7 @@ pub(crate) fn streams_dir(dir: &Path) -> PathBuf {
 pub(crate) fn restore_backup_state(dir: &Path, state: &[u8]) -> Result<u64, Error> {
     let snap = SnapshotState::decode(state)
         .map_err(|e| Error::io(format!("undecodable backup state: {e}")))?;
-    let mut cp: CheckpointFile = serde_json::from_slice(&snap.record)
-        .map_err(|e| Error::io(format!("unreadable checkpoint record in the backup: {e}")))?;
-    crate::format::check_version(cp.format, "the backup's checkpoint record")?;
-    let index = cp.applied_index;
-    cp.snapshot_point = (index > 0).then_some((index, RESTORED_TERM));
-    let record = serde_json::to_vec(&cp).map_err(|e| Error::io(e.to_string()))?;
+    let (cp, record) = at_snapshot_point(&snap.record, None, "the backup")?;
     let (store, existing) = TableStore::open(&dir.join(TABLES_FILE))?;
     if existing.is_some() {
         return Err(Error::io(format!(
@@ -195,13 +229,13 @@ pub(crate) fn restore_backup_state(dir: &Path, state: &[u8]) -> Result<u64, Erro
             dir.display()
         )));
     }
-    let tables = snap
-        .tables
-        .into_iter()
-        .map(|t| (t.name, t.keys.into_iter().zip(t.values).collect()))
-        .collect();
-    store.replace_all(tables, &record, index, cp.table_versions.iter().copied())?;
-    Ok(index)
+    store.replace_all(
+        raw_tables(snap.tables),
+        &record,
+        cp.applied_index,
+        cp.table_versions.iter().copied(),
+    )?;
+    Ok(cp.applied_index)
 }
 
 /// PostgreSQL's first OID for user objects.
@@ -375,16 +409,7 @@ impl Database {
     fn take_snapshot(&mut self) -> Result<(u64, Vec<u8>), String> {
         let index = self.applied;
         let record = self.write_checkpoint_record(index)?;
-        let tables = self
-            .tables
-            .dump()
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .map(|(name, rows)| {
-                let (keys, values) = rows.into_iter().unzip();
-                SnapshotTable { name, keys, values }
-            })
-            .collect();
+        let tables = snapshot_tables(self.tables.dump().map_err(|e| e.to_string())?);
         let mut files = Vec::new();
         let streams_dir = self.dir.join(STREAMS_DIR);
         let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
@@ -426,11 +451,8 @@ impl Database {
 
     fn restore_snapshot_files(&mut self, index: u64, term: u64, data: &[u8]) -> Result<(), String> {
         let snap = SnapshotState::decode(data).map_err(|e| format!("undecodable snapshot: {e}"))?;
-        let mut cp: CheckpointFile = serde_json::from_slice(&snap.record)
-            .map_err(|e| format!("unreadable checkpoint record in snapshot: {e}"))?;
-        crate::format::check_version(cp.format, "the snapshot").map_err(|e| e.message)?;
-        cp.applied_index = index;
-        cp.snapshot_point = Some((index, term));
+        let (cp, record) = at_snapshot_point(&snap.record, Some((index, term)), "the snapshot")
+            .map_err(|e| e.message)?;
         let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
         // Old streams went first (`begin_restore`): their open files must not see the new
         // contents.
@@ -469,14 +491,13 @@ impl Database {
                 .and_then(|f| f.sync_all())
                 .map_err(|e| io(&d, e))?;
         }
-        let record = serde_json::to_vec(&cp).map_err(|e| e.to_string())?;
-        let tables = snap
-            .tables
-            .into_iter()
-            .map(|t| (t.name, t.keys.into_iter().zip(t.values).collect()))
-            .collect();
         self.tables
-            .replace_all(tables, &record, index, cp.table_versions.iter().copied())
+            .replace_all(
+                raw_tables(snap.tables),
+                &record,
+                index,
+                cp.table_versions.iter().copied(),
+            )
             .map_err(|e| e.to_string())?;
         self.next_oid = load_catalog(
             &self.dir,
@@ -585,7 +606,11 @@ impl Database {
                 let mask = arrow::array::BooleanArray::from(keep);
                 let filtered = arrow::compute::filter_record_batch(&batch, &mask)
                     .map_err(|e| Error::internal(e.to_string()))?;
-                Some(crate::ipc::encode_ipc(&filtered)?)
+                Some(crate::ipc::encode_ipc_with(
+                    &crate::ipc::ipc_schema_message(&filtered.schema())?,
+                    &filtered,
+                    stream.def.options.compression.arrow(),
+                )?)
             };
             plans.insert(
                 i,

@@ -13,11 +13,15 @@
 //! Invariants:
 //! - One applied index: the node checkpoints (on the Raft thread — the only pause writes
 //!   see), then the checkpoint record and the tables are read in one redb read transaction,
-//!   and each stream's files are copied up to the position that record names. Below that
-//!   position segments never change; one that a later truncation (retention) deleted before
-//!   it was opened makes the attempt start over (a file once opened stays readable).
+//!   and each stream's files are copied up to the position that record names, with the
+//!   record's first offset. Below that position segments never change; a stream dropped, or
+//!   a segment the record needs deleted by a later truncation (retention) before it was
+//!   opened, makes the attempt start over from a new checkpoint (a file once opened stays
+//!   readable). A cancelled backup stops copying and leaves no `MANIFEST`.
 //! - Without its `MANIFEST` a backup is incomplete: restore refuses it, and refuses a file
-//!   whose length or checksum differs from the manifest's.
+//!   whose length or checksum differs from the manifest's, and a manifest that lacks a
+//!   stream's checkpointed segment. Restore checks all that before it writes anything, and
+//!   marks the new directory `RESTORING` until it is complete (a server refuses it).
 //! - Bounded memory: tables are held in memory (as for a Raft snapshot); stream files go
 //!   through a fixed buffer.
 //! - A restored directory is a single node's (or a new cluster's seed): its Raft log starts
@@ -26,15 +30,17 @@
 use std::fs;
 use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::apply::{self, RecordedState};
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
-use crate::format;
+use crate::format::{self, RESTORING};
 use crate::table::store::TableStore;
 
 /// What [`backup`] wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BackupSummary {
     /// The applied Raft index the backup holds everything up to.
     pub applied_index: u64,
@@ -49,6 +55,9 @@ const MANIFEST: &str = "MANIFEST";
 const STATE: &str = "state.pb";
 const STREAMS: &str = "streams";
 const MANIFEST_HEADER: &str = "sluice backup";
+/// A stream's first retained offset, as `sluice_storage::StreamLog` keeps it.
+const FIRST_OFFSET_FILE: &str = "first_offset";
+
 /// Attempts before a backup gives up on streams truncated under it.
 const ATTEMPTS: usize = 5;
 
@@ -65,39 +74,96 @@ impl From<Error> for Stop {
     }
 }
 
-/// Writes a backup of this node into `target` (absolute; absent or an empty directory)
-/// while writes go on.
+impl Stop {
+    fn into_error(self) -> Error {
+        match self {
+            Stop::Failed(e) => e,
+            Stop::Vanished(why) => Error::internal(why),
+        }
+    }
+}
+
+/// Writes a backup of this node into `target` (absolute; absent or an empty directory,
+/// outside the data directory) while writes go on. Dropping the future (a cancel, a
+/// `statement_timeout`) stops the copy; the directory is then left without its `MANIFEST`.
 pub async fn backup(engine: &Engine, target: &Path) -> Result<BackupSummary> {
-    prepare_target(
-        target,
-        "the backup directory",
-        sqlstate::INVALID_PARAMETER_VALUE,
-    )?;
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let blocking = |f: Box<dyn FnOnce() -> std::result::Result<BackupSummary, Stop> + Send>| async {
+        tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| Error::internal(format!("backup task: {e}")))
+    };
+    let (data_dir, to) = (engine.data_dir.clone(), target.to_path_buf());
+    let prepared = blocking(Box::new(move || {
+        prepare_backup_dir(&to, &data_dir)?;
+        Ok(BackupSummary::default())
+    }))
+    .await?;
+    prepared.map_err(Stop::into_error)?;
     let mut last = String::new();
     for _ in 0..ATTEMPTS {
         engine.checkpoint().await?;
-        let (data_dir, tables, to) = (
+        let (data_dir, tables, to, stop) = (
             engine.data_dir.clone(),
             engine.tables.clone(),
             target.to_path_buf(),
+            stop.0.clone(),
         );
-        let attempt = tokio::task::spawn_blocking(move || write_backup(&data_dir, &tables, &to))
-            .await
-            .map_err(|e| Error::internal(format!("backup task: {e}")))?;
+        let attempt = blocking(Box::new(move || {
+            let attempt = write_backup(&data_dir, &tables, &to, &stop);
+            if matches!(attempt, Err(Stop::Vanished(_))) {
+                empty_dir(&to)?;
+            }
+            attempt
+        }))
+        .await?;
         match attempt {
             Ok(summary) => return Ok(summary),
             Err(Stop::Failed(e)) => return Err(e),
             Err(Stop::Vanished(why)) => {
                 tracing::info!("backup starts over: {why}");
-                empty_dir(target)?;
                 last = why;
             }
         }
     }
     Err(Error::new(
         sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
-        format!("streams were truncated under the backup {ATTEMPTS} times (last: {last})"),
+        format!(
+            "streams were truncated or dropped under the backup {ATTEMPTS} times (last: {last})"
+        ),
     ))
+}
+
+/// Sets the flag when the backup's future is dropped, so its blocking copy stops.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The backup directory: absolute, absent or empty, and not inside the data directory
+/// (whose own files it would become, or be deleted with).
+fn prepare_backup_dir(target: &Path, data_dir: &Path) -> Result<()> {
+    let code = sqlstate::INVALID_PARAMETER_VALUE;
+    prepare_target(target, "the backup directory", code)?;
+    let inside = match (fs::canonicalize(target), fs::canonicalize(data_dir)) {
+        (Ok(t), Ok(d)) => t.starts_with(&d) || d.starts_with(&t),
+        _ => false,
+    };
+    if inside {
+        let _ = fs::remove_dir(target);
+        return Err(Error::new(
+            code,
+            format!(
+                "the backup directory {} overlaps the data directory {}",
+                target.display(),
+                data_dir.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Restores the backup in `from` into the new data directory `data_dir` (absent or empty):
@@ -118,7 +184,43 @@ pub fn restore(from: &Path, data_dir: &Path) -> Result<u64> {
             from.display()
         )));
     }
+    // everything checked before anything is written: the index, and each stream's
+    // checkpointed segment at its recorded length (a manifest that lost a line)
+    let state_path = from.join(STATE);
+    let state = fs::read(&state_path).map_err(|e| io(&state_path, e))?;
+    let recorded = apply::backup_state_streams(&state)?;
+    if recorded.applied_index != manifest.applied_index {
+        return Err(bad(format!(
+            "{STATE} holds index {} but {MANIFEST} says {}",
+            recorded.applied_index, manifest.applied_index
+        )));
+    }
+    for (dir, position) in &recorded.streams {
+        if position.segment_len == 0 {
+            continue;
+        }
+        let path = dir.join(sluice_storage::segment::file_name(position.segment_base));
+        if !manifest
+            .files
+            .iter()
+            .any(|f| f.path == path && f.len == position.segment_len)
+        {
+            return Err(bad(format!(
+                "{MANIFEST} in {} does not list {} with its {} checkpointed bytes: the backup is damaged",
+                from.display(),
+                path.display(),
+                position.segment_len
+            )));
+        }
+    }
     prepare_target(data_dir, "the data directory", sqlstate::IO_ERROR)?;
+    // until it is removed, `Engine::open` refuses the directory (see `format::check_or_init`)
+    write_file(
+        data_dir,
+        Path::new(RESTORING),
+        b"sluice restore in progress\n",
+    )?;
+    sync_dir(data_dir)?;
     let streams = apply::streams_dir(data_dir);
     fs::create_dir_all(&streams).map_err(|e| io(&streams, e))?;
     let mut dirs = std::collections::BTreeSet::from([streams.clone()]);
@@ -132,21 +234,16 @@ pub fn restore(from: &Path, data_dir: &Path) -> Result<u64> {
             dirs.insert(parent.to_path_buf());
         }
         let mut src = fs::File::open(from.join(&f.path)).map_err(|e| io(&from.join(&f.path), e))?;
-        copy_synced(&mut src, f.len, &to)?;
+        copy_synced(&mut src, f.len, &to, None)?;
     }
     for d in dirs {
         sync_dir(&d)?;
     }
-    let state_path = from.join(STATE);
-    let state = fs::read(&state_path).map_err(|e| io(&state_path, e))?;
     let index = apply::restore_backup_state(data_dir, &state)?;
-    if index != manifest.applied_index {
-        return Err(bad(format!(
-            "{STATE} holds index {index} but {MANIFEST} says {}",
-            manifest.applied_index
-        )));
-    }
     format::write(data_dir, manifest.format)?;
+    let marker = data_dir.join(RESTORING);
+    fs::remove_file(&marker).map_err(|e| io(&marker, e))?;
+    sync_dir(data_dir)?;
     Ok(index)
 }
 
@@ -193,6 +290,7 @@ fn write_backup(
     data_dir: &Path,
     tables: &TableStore,
     target: &Path,
+    stop: &AtomicBool,
 ) -> std::result::Result<BackupSummary, Stop> {
     let (record, raw) = tables.dump_with_record()?;
     let record =
@@ -212,7 +310,7 @@ fn write_backup(
         }
         files.push(match source {
             Source::File(mut file, len) => ManifestFile {
-                crc: copy_synced(&mut file, len, &to)?,
+                crc: copy_synced(&mut file, len, &to, Some(stop))?,
                 path: rel,
                 len,
             },
@@ -256,60 +354,55 @@ enum Source {
 
 /// Every stream file the record needs, opened (so a later deletion cannot take it), with
 /// its path under `streams/` and the bytes to copy: a segment before the checkpointed one
-/// whole, the checkpointed one up to its durable length, nothing after it.
+/// whole, the checkpointed one up to its durable length, nothing after it; and the
+/// stream's first offset as the record has it. A stream dropped, or segments the record
+/// needs truncated away, since the checkpoint is [`Stop::Vanished`]: the attempt starts
+/// over from a new checkpoint.
 fn opened_streams(
     data_dir: &Path,
     state: &RecordedState,
 ) -> std::result::Result<Vec<(PathBuf, Source)>, Stop> {
     let streams_dir = apply::streams_dir(data_dir);
+    let vanished = |what: &Path, how: &str| Stop::Vanished(format!("{} {how}", what.display()));
     let mut out = Vec::new();
     for (dir, position) in &state.streams {
+        let rel_dir = dir
+            .strip_prefix(&streams_dir)
+            .map_err(|_| Error::internal(format!("{} is outside the streams", dir.display())))?;
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(vanished(dir, "was dropped"))
+            }
+            Err(e) => return Err(io(dir, e).into()),
+        };
         let mut segments = Vec::new();
-        let mut first_offset_file = None;
-        for entry in fs::read_dir(dir).map_err(|e| io(dir, e))? {
+        for entry in entries {
             let path = entry.map_err(|e| io(dir, e))?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if let Some(base) = sluice_storage::segment::parse_file_name(name) {
-                if base <= position.segment_base {
-                    segments.push((base, path));
-                }
-            } else if name == "first_offset" {
-                first_offset_file = Some(path);
+            match sluice_storage::segment::parse_file_name(name) {
+                Some(base) if base <= position.segment_base => segments.push((base, path)),
+                _ => {}
             }
         }
         segments.sort();
-        let rel = |p: &Path| -> std::result::Result<PathBuf, Stop> {
-            Ok(p.strip_prefix(&streams_dir)
-                .map_err(|_| Error::internal(format!("{} is outside the streams", p.display())))?
-                .to_path_buf())
-        };
-        let mut required = position.first_offset;
-        if let Some(path) = first_offset_file {
-            match fs::read(&path) {
-                Ok(bytes) => {
-                    let text = String::from_utf8_lossy(&bytes);
-                    if let Ok(v) = text.trim_end().parse::<u64>() {
-                        required = required.max(v);
-                    }
-                    out.push((rel(&path)?, Source::Bytes(bytes)));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(Stop::Vanished(format!("{} was replaced", path.display())))
-                }
-                Err(e) => return Err(io(&path, e).into()),
-            }
+        // truncation deletes a prefix: the first segment kept must still hold the record's
+        // first offset, and the checkpointed one must be there
+        let first = segments.first().map(|(b, _)| *b);
+        if first.is_some_and(|b| b > position.first_offset) {
+            return Err(vanished(dir, "lost segments the checkpoint still holds"));
         }
-        for (i, (base, path)) in segments.iter().enumerate() {
-            if i == 0 && *base > required {
-                return Err(Stop::Vanished(format!(
-                    "the segments of {} below offset {base} were deleted",
-                    dir.display()
-                )));
-            }
+        let has_active = segments
+            .last()
+            .is_some_and(|(b, _)| *b == position.segment_base);
+        if !has_active && position.segment_len > 0 {
+            return Err(vanished(dir, "lost its checkpointed segment"));
+        }
+        for (base, path) in &segments {
             let file = match fs::File::open(path) {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(Stop::Vanished(format!("{} was deleted", path.display())))
+                    return Err(vanished(path, "was deleted"))
                 }
                 Err(e) => return Err(io(path, e).into()),
             };
@@ -318,18 +411,33 @@ fn opened_streams(
             } else {
                 file.metadata().map_err(|e| io(path, e))?.len()
             };
-            out.push((rel(path)?, Source::File(file, len)));
+            let name = path.file_name().map(PathBuf::from).unwrap_or_default();
+            out.push((rel_dir.join(name), Source::File(file, len)));
+        }
+        if position.first_offset > 0 {
+            // the record's, not the live file's (a later truncation may have raised it)
+            out.push((
+                rel_dir.join(FIRST_OFFSET_FILE),
+                Source::Bytes(format!("{}\n", position.first_offset).into_bytes()),
+            ));
         }
     }
     Ok(out)
 }
 
-/// Copies `len` bytes of `src` into a new file `to`, fsynced; returns their crc32c.
-fn copy_synced(src: &mut fs::File, len: u64, to: &Path) -> Result<u32> {
+/// Copies `len` bytes of `src` into a new file `to`, fsynced; returns their crc32c. Stops
+/// when `stop` is set.
+fn copy_synced(src: &mut fs::File, len: u64, to: &Path, stop: Option<&AtomicBool>) -> Result<u32> {
     let mut out = fs::File::create(to).map_err(|e| io(to, e))?;
     let mut buf = vec![0u8; 1 << 20];
     let (mut left, mut crc) = (len, 0u32);
     while left > 0 {
+        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            return Err(Error::new(
+                sqlstate::QUERY_CANCELED,
+                "the backup was cancelled; its directory has no MANIFEST",
+            ));
+        }
         let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
         src.read_exact(&mut buf[..n])
             .map_err(|e| Error::io(format!("reading {len} bytes for {}: {e}", to.display())))?;
@@ -444,7 +552,16 @@ fn read_manifest(from: &Path) -> Result<Manifest> {
             return Err(bad(line));
         };
         let rel = PathBuf::from(rel);
-        if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+        if files.iter().any(|f: &ManifestFile| f.path == rel) {
+            return Err(Error::io(format!(
+                "{}: {} is listed twice",
+                path.display(),
+                rel.display()
+            )));
+        }
+        if rel.as_os_str().is_empty()
+            || rel.components().any(|c| !matches!(c, Component::Normal(_)))
+        {
             return Err(Error::io(format!(
                 "{}: the path {} leaves the backup",
                 path.display(),
@@ -491,4 +608,146 @@ fn verify(from: &Path, f: &ManifestFile) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest_in(text: &str) -> (tempfile::TempDir, Result<Manifest>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::write(dir.path().join(MANIFEST), text).expect("write");
+        let read = read_manifest(dir.path());
+        (dir, read)
+    }
+
+    fn refused(text: &str, why: &str) {
+        let (_dir, read) = manifest_in(text);
+        let Err(e) = read else {
+            panic!("accepted {text:?}");
+        };
+        assert!(e.message.contains(why), "{text:?}: {}", e.message);
+    }
+
+    /// What a truncation or a drop after the checkpoint leaves makes the attempt start
+    /// over, never a backup without the rows its record names.
+    #[test]
+    fn streams_changed_since_the_checkpoint_start_the_attempt_over() {
+        use sluice_storage::segment::file_name;
+        use sluice_storage::StreamCheckpoint;
+
+        let data = tempfile::tempdir().expect("tempdir");
+        let dir = apply::streams_dir(data.path()).join("00000000000000000007");
+        fs::create_dir_all(&dir).expect("mkdir");
+        for base in [0u64, 10, 20] {
+            fs::write(dir.join(file_name(base)), vec![1u8; 100]).expect("segment");
+        }
+        let state = |first_offset, segment_base, segment_len| RecordedState {
+            applied_index: 9,
+            streams: vec![(
+                dir.clone(),
+                StreamCheckpoint {
+                    first_offset,
+                    segment_base,
+                    segment_len,
+                },
+            )],
+        };
+        let vanished =
+            |s: &RecordedState| matches!(opened_streams(data.path(), s), Err(Stop::Vanished(_)));
+        // whole: the earlier segments whole, the checkpointed one cut at its length, the
+        // record's first offset (the live `first_offset` file is not read)
+        fs::write(dir.join(FIRST_OFFSET_FILE), "15\n").expect("first_offset");
+        let Ok(files) = opened_streams(data.path(), &state(5, 20, 60)) else {
+            panic!("a whole stream refused");
+        };
+        let lens: Vec<(String, u64)> = files
+            .iter()
+            .map(|(p, s)| {
+                let len = match s {
+                    Source::File(_, len) => *len,
+                    Source::Bytes(b) => {
+                        assert_eq!(b, b"5\n");
+                        b.len() as u64
+                    }
+                };
+                (p.display().to_string(), len)
+            })
+            .collect();
+        assert_eq!(lens.len(), 4, "{lens:?}");
+        assert_eq!(
+            lens[2],
+            (format!("00000000000000000007/{}", file_name(20)), 60)
+        );
+        // segments after the checkpointed one are not the record's
+        assert_eq!(
+            opened_streams(data.path(), &state(5, 10, 60))
+                .ok()
+                .map(|f| f.len()),
+            Some(3)
+        );
+        // a truncation deleted a segment the record still holds
+        fs::remove_file(dir.join(file_name(0))).expect("rm");
+        assert!(vanished(&state(5, 20, 60)));
+        assert!(!vanished(&state(10, 20, 60)));
+        // the checkpointed segment itself is gone
+        assert!(vanished(&state(30, 30, 60)));
+        // the stream was dropped
+        fs::remove_dir_all(&dir).expect("rm -r");
+        assert!(vanished(&state(0, 0, 0)));
+    }
+
+    #[test]
+    fn manifests_are_read_whole_and_stay_inside_the_backup() {
+        let good = "sluice backup\nformat 1\napplied_index 7\n\
+                    file 0000002a 3 state.pb\nfile ffffffff 10 streams/0001/x.seg\nend\n";
+        let (_dir, read) = manifest_in(good);
+        let m = read.expect("a good manifest");
+        assert_eq!((m.format, m.applied_index, m.files.len()), (1, 7, 2));
+        assert_eq!(
+            m.files[1],
+            ManifestFile {
+                path: PathBuf::from("streams/0001/x.seg"),
+                len: 10,
+                crc: 0xffff_ffff
+            }
+        );
+        let head = "sluice backup\nformat 1\napplied_index 7\n";
+        refused(
+            &format!("{head}file 0 1 ../escape\nend\n"),
+            "leaves the backup",
+        );
+        refused(
+            &format!("{head}file 0 1 /etc/passwd\nend\n"),
+            "leaves the backup",
+        );
+        refused(
+            &format!("{head}file 0 1 a/../b\nend\n"),
+            "leaves the backup",
+        );
+        refused(
+            &format!("{head}file 0 1 state.pb\nfile 0 1 state.pb\nend\n"),
+            "listed twice",
+        );
+        refused(&format!("{head}file 0 1 state.pb\n"), "cut short");
+        refused(
+            &format!("{head}file zz 1 state.pb\nend\n"),
+            "unexpected line",
+        );
+        refused(
+            &format!("{head}file 0 -1 state.pb\nend\n"),
+            "unexpected line",
+        );
+        refused(&format!("{head}something\nend\n"), "unexpected line");
+        refused(
+            "sluice backup\nformat 2\napplied_index 7\nend\n",
+            "newer Sluice",
+        );
+        refused("not a backup\n", "not a Sluice backup manifest");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Err(e) = read_manifest(dir.path()) else {
+            panic!("no manifest accepted");
+        };
+        assert!(e.message.contains("incomplete"), "{}", e.message);
+    }
 }

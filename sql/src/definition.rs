@@ -65,6 +65,9 @@ pub struct StreamOptions {
     /// How appends are compressed (absent from catalogs written before: the default).
     #[serde(default)]
     pub compression: Compression,
+    /// Retention keeps what a consumer registered in `consumer_offsets` has not processed.
+    #[serde(default)]
+    pub retain_for_consumers: bool,
 }
 
 /// Arrow IPC buffer compression of a stream's appended batches (`WITH (compression = ...)`;

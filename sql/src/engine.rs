@@ -116,6 +116,10 @@ pub struct Engine {
     /// LISTEN/NOTIFY routing between sessions.
     pub hub: Arc<crate::notify::Hub>,
     sessions: std::sync::atomic::AtomicU64,
+    /// Sessions open now (each connection's, and the metrics endpoint's own).
+    pub(crate) open_sessions: AtomicI64,
+    /// Prefix truncations retention made on this node (as leader).
+    pub(crate) retention_cuts: std::sync::atomic::AtomicU64,
     pub limits: Limits,
     node: NodeHandle<CommandResult>,
     apply_stats: Arc<ApplyStats>,
@@ -172,6 +176,8 @@ impl Engine {
             catalog,
             hub: Arc::new(crate::notify::Hub::default()),
             sessions: std::sync::atomic::AtomicU64::new(1),
+            open_sessions: AtomicI64::new(0),
+            retention_cuts: std::sync::atomic::AtomicU64::new(0),
             limits: config.limits,
             node,
             apply_stats,
@@ -402,6 +408,8 @@ impl Engine {
             ("checkpoints", get(&m.checkpoints)),
             ("snapshots_built", get(&m.snapshots_built)),
             ("snapshots_installed", get(&m.snapshots_installed)),
+            ("retention_cuts", get(&self.retention_cuts)),
+            ("sessions", self.open_sessions.load(Ordering::Relaxed)),
             ("streams", self.catalog.list().len() as i64),
             (
                 "frames_read",
@@ -412,6 +420,11 @@ impl Engine {
                     .sum(),
             ),
         ]
+    }
+
+    /// The Raft node's counters and histograms (fsync time, entries per fsync, commit time).
+    pub fn raft_metrics(&self) -> Arc<sluice_consensus::Metrics> {
+        self.node.metrics()
     }
 
     pub fn node_status(&self) -> sluice_consensus::NodeStatus {

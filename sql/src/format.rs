@@ -35,6 +35,10 @@ pub const FORMAT_FILE: &str = "FORMAT";
 
 const PREFIX: &str = "sluice data format ";
 
+/// In a data directory `sluice restore` is writing (see [`crate::backup`]); removed when
+/// it is complete. A directory holding it is refused.
+pub const RESTORING: &str = "RESTORING";
+
 /// The text of a `FORMAT` file for `version`.
 pub fn format_text(version: u32) -> String {
     format!("{PREFIX}{version}\n")
@@ -82,6 +86,13 @@ pub fn check_version(version: u32, what: &str) -> Result<()> {
 /// opened, and writes its `FORMAT` file if it has none (a new directory, or
 /// one made before the file existed: format 1).
 pub fn check_or_init(dir: &Path) -> Result<()> {
+    if dir.join(RESTORING).exists() {
+        return Err(Error::io(format!(
+            "{} is an interrupted `sluice restore` (it holds {RESTORING}): remove it and restore \
+             again",
+            dir.display()
+        )));
+    }
     match read(dir)? {
         Some(v) => check_version(v, &format!("data directory {}", dir.display())),
         None => write(dir, FORMAT_VERSION),

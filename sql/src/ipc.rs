@@ -53,9 +53,8 @@ pub fn encode_ipc_with(
     batch: &RecordBatch,
     compression: Option<CompressionType>,
 ) -> Result<Vec<u8>> {
-    let data_bytes: usize = batch.columns().iter().map(|c| data_len(&c.to_data())).sum();
     let options = match compression {
-        Some(c) if data_bytes >= COMPRESS_MIN_BYTES => {
+        Some(c) if batch_data_len(batch) >= COMPRESS_MIN_BYTES => {
             IpcWriteOptions::default().try_with_compression(Some(c))?
         }
         _ => IpcWriteOptions::default(),
@@ -75,6 +74,12 @@ pub fn encode_ipc_with(
     write_message(&mut buf, encoded, &options)?;
     buf.extend_from_slice(&IPC_END_OF_STREAM);
     Ok(buf)
+}
+
+/// Bytes of `batch`'s Arrow buffers (their lengths, not their allocations): about its
+/// uncompressed IPC size, and what a reader holds once it decodes it.
+pub fn batch_data_len(batch: &RecordBatch) -> usize {
+    batch.columns().iter().map(|c| data_len(&c.to_data())).sum()
 }
 
 /// Bytes of `data`'s buffers (their lengths, not their allocations), children included.

@@ -7,6 +7,12 @@
 //! and reports the same `first_offset`. A tail or cursor whose position falls below the new
 //! first offset fails with `22023` naming the first retained offset (see `tail.rs`).
 //!
+//! With `retain_for_consumers = true`, a stream keeps every row a consumer registered in
+//! `consumer_offsets` has not processed: no segment holding an offset above the smallest
+//! committed `offset` for the stream is dropped (consumers resume after what they
+//! committed), however old or large the stream. A consumer holds retention from its first
+//! commit until its row is deleted.
+//!
 //! Invariants: a cut is always a segment boundary; the active (last) segment is never cut,
 //! by time or by size; only the leader proposes (a follower's proposal would be forwarded,
 //! but two nodes deciding on their own clocks would race for nothing); a failed proposal is
@@ -17,8 +23,10 @@ use std::time::Duration;
 
 use sluice_storage::SegmentInfo;
 
+use datafusion::scalar::ScalarValue;
+
 use crate::command::{op, Op, Truncate};
-use crate::definition::StreamOptions;
+use crate::definition::{StreamOptions, TableDef, CONSUMER_OFFSETS_ID};
 use crate::engine::Engine;
 
 /// How often each node looks for segments to drop.
@@ -26,9 +34,18 @@ pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Where a stream may begin under its retention options at `now_micros`: the base offset
 /// of the first segment to keep, if that drops at least one segment. `segments` are in
-/// offset order, the last one active.
-pub fn cut(segments: &[SegmentInfo], options: &StreamOptions, now_micros: i64) -> Option<u64> {
-    let sealed = segments.len().checked_sub(1)?;
+/// offset order, the last one active. `hold`: the first offset a consumer still needs (with
+/// `retain_for_consumers`); no segment with rows at or after it is dropped.
+pub fn cut(
+    segments: &[SegmentInfo],
+    options: &StreamOptions,
+    now_micros: i64,
+    hold: Option<u64>,
+) -> Option<u64> {
+    let held = hold.map_or(segments.len(), |h| {
+        segments.iter().take_while(|s| s.next_offset <= h).count()
+    });
+    let sealed = segments.len().checked_sub(1)?.min(held);
     let mut drop = 0;
     if let Some(ms) = options.retention_ms {
         let horizon =
@@ -80,7 +97,18 @@ pub async fn run(engine: Weak<Engine>) {
             if options.retention_ms.is_none() && options.retention_bytes.is_none() {
                 continue;
             }
-            let Some(before) = cut(&stream.log.segments(), options, now) else {
+            let hold = if options.retain_for_consumers {
+                match consumers_hold(&engine, stream.name()) {
+                    Ok(hold) => hold,
+                    Err(e) => {
+                        tracing::warn!(stream = stream.name(), "retention skipped: {e}");
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            let Some(before) = cut(&stream.log.segments(), options, now, hold) else {
                 continue;
             };
             if before <= stream.log.first_offset() {
@@ -94,11 +122,46 @@ pub async fn run(engine: Weak<Engine>) {
                 })),
             };
             match engine.propose(vec![op]).await {
-                Ok(_) => tracing::debug!(stream = stream.name(), before, "retention cut"),
+                Ok(_) => {
+                    engine
+                        .retention_cuts
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(stream = stream.name(), before, "retention cut")
+                }
                 Err(e) => tracing::info!(stream = stream.name(), "retention cut not made: {e}"),
             }
         }
     }
+}
+
+/// The first offset of `stream` a registered consumer still needs: one after the smallest
+/// `offset` committed for it in `consumer_offsets` (read from this node's applied state).
+fn consumers_hold(engine: &Engine, stream: &str) -> crate::error::Result<Option<u64>> {
+    let def = TableDef::consumer_offsets();
+    let types: Vec<_> = def.columns.iter().map(|c| c.ty).collect();
+    let (stream_col, offset_col) = (
+        def.columns.iter().position(|c| c.name == "stream"),
+        def.columns.iter().position(|c| c.name == "offset"),
+    );
+    let (Some(stream_col), Some(offset_col)) = (stream_col, offset_col) else {
+        return Err(crate::error::Error::internal(
+            "consumer_offsets has no stream/offset",
+        ));
+    };
+    let mut hold: Option<u64> = None;
+    for (_, v) in engine.tables.snapshot().scan(CONSUMER_OFFSETS_ID)? {
+        let row = crate::table::codec::decode_row(&v.row, &types)?;
+        let (ScalarValue::Utf8(Some(s)), ScalarValue::Int64(Some(offset))) =
+            (&row[stream_col], &row[offset_col])
+        else {
+            continue;
+        };
+        if s == stream {
+            let needed = u64::try_from(offset.saturating_add(1)).unwrap_or(0);
+            hold = Some(hold.map_or(needed, |h| h.min(needed)));
+        }
+    }
+    Ok(hold)
 }
 
 #[cfg(test)]
@@ -131,25 +194,35 @@ mod tests {
             ..Default::default()
         };
         // at t = 10 s with 7.5 s retention: segments ending before 2.5 s go
-        assert_eq!(cut(&segs, &by_time(7_500), 10_000_000), Some(20));
-        assert_eq!(cut(&segs, &by_time(9_500), 10_000_000), None);
+        assert_eq!(cut(&segs, &by_time(7_500), 10_000_000, None), Some(20));
+        assert_eq!(cut(&segs, &by_time(9_500), 10_000_000, None), None);
         // everything is old: the active segment stays
-        assert_eq!(cut(&segs, &by_time(1), 100_000_000), Some(30));
+        assert_eq!(cut(&segs, &by_time(1), 100_000_000, None), Some(30));
         let by_size = |b| StreamOptions {
             retention_bytes: Some(b),
             ..Default::default()
         };
-        assert_eq!(cut(&segs, &by_size(350), 0), None);
-        assert_eq!(cut(&segs, &by_size(349), 0), Some(10));
-        assert_eq!(cut(&segs, &by_size(0), 0), Some(30));
+        assert_eq!(cut(&segs, &by_size(350), 0, None), None);
+        assert_eq!(cut(&segs, &by_size(349), 0, None), Some(10));
+        assert_eq!(cut(&segs, &by_size(0), 0, None), Some(30));
         // both: the later cut wins
         let both = StreamOptions {
             retention_ms: Some(7_500),
             retention_bytes: Some(260),
             ..Default::default()
         };
-        assert_eq!(cut(&segs, &both, 10_000_000), Some(20));
-        assert_eq!(cut(&segs[3..], &by_size(0), 0), None);
-        assert_eq!(cut(&[], &by_size(0), 0), None);
+        assert_eq!(cut(&segs, &both, 10_000_000, None), Some(20));
+        assert_eq!(cut(&segs[3..], &by_size(0), 0, None), None);
+        assert_eq!(cut(&[], &by_size(0), 0, None), None);
+        // a consumer that committed offset 14 needs 15..: only the first segment may go
+        assert_eq!(cut(&segs, &by_size(0), 0, Some(15)), Some(10));
+        assert_eq!(cut(&segs, &by_time(1), 100_000_000, Some(15)), Some(10));
+        // one that needs offset 10 exactly: the first segment (0..10) may go
+        assert_eq!(cut(&segs, &by_size(0), 0, Some(10)), Some(10));
+        // one at the very start holds everything
+        assert_eq!(cut(&segs, &by_size(0), 0, Some(0)), None);
+        assert_eq!(cut(&segs, &by_size(0), 0, Some(9)), None);
+        // caught up: retention as without it
+        assert_eq!(cut(&segs, &by_size(0), 0, Some(35)), Some(30));
     }
 }

@@ -213,7 +213,10 @@ impl Session {
         let (notify_tx, notify_rx) = mpsc::channel(notify::QUEUE_CAPACITY);
         let (cancel_tx, cancel) = watch::channel(0);
         Ok(Session {
-            id: engine.next_session_id(),
+            id: {
+                engine.open_sessions.fetch_add(1, Ordering::Relaxed);
+                engine.next_session_id()
+            },
             engine,
             ctx,
             txn: Txn::Idle,
@@ -577,5 +580,6 @@ pub fn batches_stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> SendableR
 impl Drop for Session {
     fn drop(&mut self) {
         self.unlisten_all();
+        self.engine.open_sessions.fetch_sub(1, Ordering::Relaxed);
     }
 }

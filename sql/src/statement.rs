@@ -187,6 +187,7 @@ pub struct OptionChanges {
     pub retention_bytes: Option<Option<u64>>,
     pub dedup_window_ms: Option<Option<u64>>,
     pub compression: Option<Compression>,
+    pub retain_for_consumers: Option<bool>,
 }
 
 impl OptionChanges {
@@ -204,6 +205,9 @@ impl OptionChanges {
         }
         if let Some(v) = self.compression {
             o.compression = v;
+        }
+        if let Some(v) = self.retain_for_consumers {
+            o.retain_for_consumers = v;
         }
         if o.dedup_window_ms.is_some() && o.dedup_key.is_none() {
             return Err(Error::new(
@@ -1027,6 +1031,7 @@ fn option_changes(options: &[SqlOption]) -> Result<OptionChanges> {
             }
             "dedup_window" => c.dedup_window_ms = Some(duration()?),
             "compression" => c.compression = Some(compression(&text)?),
+            "retain_for_consumers" => c.retain_for_consumers = Some(boolean(&key.value, &text)?),
             fixed @ ("dedup_key" | "segment_bytes") => {
                 return Err(Error::unsupported(format!(
                     "{fixed} cannot be changed after the stream is created"
@@ -1035,7 +1040,7 @@ fn option_changes(options: &[SqlOption]) -> Result<OptionChanges> {
             other => {
                 return Err(Error::new(
                     sqlstate::INVALID_PARAMETER_VALUE,
-                    format!("unrecognized stream option \"{other}\" (ALTER can set: retention, retention_bytes, dedup_window, compression)"),
+                    format!("unrecognized stream option \"{other}\" (ALTER can set: retention, retention_bytes, dedup_window, compression, retain_for_consumers)"),
                 ))
             }
         }
@@ -1422,15 +1427,28 @@ fn stream_options(opts: &CreateTableOptions) -> Result<StreamOptions> {
             "dedup_window" => o.dedup_window_ms = Some(units::parse_duration_ms(&text)?),
             "segment_bytes" => o.segment_bytes = Some(units::parse_bytes(&text)?.max(4096)),
             "compression" => o.compression = compression(&text)?,
+            "retain_for_consumers" => o.retain_for_consumers = boolean(&key.value, &text)?,
             other => {
                 return Err(Error::new(
                     sqlstate::INVALID_PARAMETER_VALUE,
-                    format!("unrecognized stream option \"{other}\" (known: retention, retention_bytes, dedup_key, dedup_window, segment_bytes, compression)"),
+                    format!("unrecognized stream option \"{other}\" (known: retention, retention_bytes, dedup_key, dedup_window, segment_bytes, compression, retain_for_consumers)"),
                 ))
             }
         }
     }
     Ok(o)
+}
+
+/// A boolean option's value, spelled as PostgreSQL's reloptions accept it.
+fn boolean(option: &str, text: &str) -> Result<bool> {
+    match text.to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" => Ok(true),
+        "false" | "off" | "no" | "0" => Ok(false),
+        _ => Err(Error::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid value for boolean option \"{option}\": {text}"),
+        )),
+    }
 }
 
 /// The `compression` option's value.

@@ -116,9 +116,18 @@ pub fn verify_checksum(header: &FrameHeader, payload: &[u8]) -> bool {
 /// length. Reads only message headers and buffer prefixes: nothing is decompressed.
 pub fn logical_len(payload: &[u8]) -> u64 {
     let stored = payload.len() as u64;
+    compressed_sizes(payload)
+        .and_then(|(compressed, uncompressed)| {
+            stored.checked_sub(compressed)?.checked_add(uncompressed)
+        })
+        .unwrap_or(stored)
+}
+
+/// (stored, uncompressed) bytes of every compressed buffer in `payload`; `None` if
+/// anything does not add up.
+fn compressed_sizes(payload: &[u8]) -> Option<(u64, u64)> {
     let mut at = 0usize;
-    let mut compressed: u64 = 0;
-    let mut uncompressed: u64 = 0;
+    let (mut compressed, mut uncompressed) = (0u64, 0u64);
     while let Some((message, body)) = next_message(payload, &mut at) {
         let batch = message
             .header_as_record_batch()
@@ -127,30 +136,24 @@ pub fn logical_len(payload: &[u8]) -> u64 {
             continue;
         };
         for buffer in batch.buffers().into_iter().flatten() {
-            let (Ok(offset), Ok(len)) = (
-                usize::try_from(buffer.offset()),
-                usize::try_from(buffer.length()),
-            ) else {
-                return stored;
-            };
-            let Some(prefix) = body
-                .get(offset..offset.saturating_add(8))
-                .filter(|_| len >= 8)
-            else {
-                continue;
+            let offset = usize::try_from(buffer.offset()).ok()?;
+            let len = usize::try_from(buffer.length()).ok()?;
+            let bytes = body.get(offset..offset.checked_add(len)?)?;
+            let Some(prefix) = bytes.get(..8) else {
+                continue; // an empty buffer carries no length
             };
             let mut raw = [0u8; 8];
             raw.copy_from_slice(prefix);
             let recorded = i64::from_le_bytes(raw);
-            compressed += len as u64;
-            uncompressed += if recorded < 0 {
+            compressed = compressed.checked_add(len as u64)?;
+            uncompressed = uncompressed.checked_add(if recorded < 0 {
                 len as u64 - 8
             } else {
                 recorded as u64
-            };
+            })?;
         }
     }
-    stored - compressed.min(stored) + uncompressed
+    Some((compressed, uncompressed))
 }
 
 /// The next encapsulated IPC message at `*at` (continuation marker, metadata length,
@@ -184,6 +187,56 @@ fn next_message<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Damaged or hostile payloads never panic and never count less than nothing.
+    #[test]
+    fn logical_len_survives_any_bytes() {
+        use std::sync::Arc;
+
+        use arrow::array::{RecordBatch, StringArray};
+        use arrow::datatypes::{DataType, Field, Schema};
+        use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
+
+        let schema = Arc::new(Schema::new(vec![Field::new("p", DataType::Utf8, false)]));
+        let rows: Vec<String> = (0..100)
+            .map(|i| format!("row {i} {}", "y".repeat(50)))
+            .collect();
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(rows))])
+            .expect("arrow");
+        let options = IpcWriteOptions::default()
+            .try_with_compression(Some(arrow::ipc::CompressionType::ZSTD))
+            .expect("arrow");
+        let mut good = Vec::new();
+        {
+            let mut w =
+                StreamWriter::try_new_with_options(&mut good, &schema, options).expect("arrow");
+            w.write(&batch).expect("arrow");
+            w.finish().expect("arrow");
+        }
+        let logical = logical_len(&good);
+        assert!(
+            logical > good.len() as u64 * 3,
+            "{logical} vs {}",
+            good.len()
+        );
+        // every truncation, and a byte flipped at every position (a few values each)
+        let mut seed = 7u64;
+        for cut in 0..good.len() {
+            logical_len(&good[..cut]);
+        }
+        for at in 0..good.len() {
+            for _ in 0..3 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let mut bad = good.clone();
+                bad[at] ^= (seed >> 56) as u8 | 1;
+                logical_len(&bad);
+            }
+        }
+        assert_eq!(logical_len(b""), 0);
+        assert_eq!(logical_len(&[0xff; 12]), 12);
+    }
 
     fn sample() -> ([u8; HEADER_LEN], Vec<u8>) {
         let payload = b"arrow ipc bytes".to_vec();

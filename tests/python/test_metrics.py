@@ -79,6 +79,22 @@ def test_metrics_show_streams_counters_and_consumer_lag(server):
         assert samples[("sluice_raft_leader", ())] == 1
         assert families["sluice_appended_rows"].type == "counter"
         assert families["sluice_consumer_lag"].type == "gauge"
+        assert samples[("sluice_sessions", ())] >= 2  # this connection and the endpoint's
+        assert samples[("sluice_retention_cuts_total", ())] == 0
+        # the Raft node's histograms: every write waited for an fsync and an answer
+        for name in ["sluice_log_fsync_seconds", "sluice_log_entries_per_fsync",
+                     "sluice_commit_seconds"]:
+            assert families[name].type == "histogram", name
+            count = samples[(name + "_count", ())]
+            assert count >= 1, name
+            assert samples[(name + "_bucket", (("le", "+Inf"),))] == count, name
+            bounds = sorted(
+                (float(labels[0][1]), value) for (n, labels), value in samples.items()
+                if n == name + "_bucket" and labels[0][1] != "+Inf"
+            )
+            assert [v for _, v in bounds] == sorted(v for _, v in bounds), name  # cumulative
+            assert samples[(name + "_sum", ())] > 0, name
+        assert samples[("sluice_commit_seconds_count", ())] >= 12
 
         # the consumer catches up; more rows arrive
         conn.execute(
@@ -131,3 +147,28 @@ def test_other_paths_methods_and_bad_requests_are_refused(server):
             assert answer == b"" or answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 431")), answer[:80]
     # and it still serves
     scrape(port)
+
+
+def test_the_grafana_dashboard_queries_only_served_metrics(server):
+    """examples/grafana-dashboard.json: every metric a panel queries is one the endpoint
+    serves (a renamed metric would leave a panel empty without this)."""
+    import json
+    import pathlib
+
+    with server.connect(autocommit=True) as conn:
+        conn.execute("CREATE STREAM orders (item text)")
+        conn.execute("INSERT INTO orders (item) VALUES ('a')")
+        conn.execute("INSERT INTO consumer_offsets VALUES ('billing', 'orders', 0)")
+    families, samples = scrape(server.metrics_port)
+    # a family with no sample here (peer lag, on a single node) is still served
+    served = {name for name, _ in samples} | set(families)
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "grafana-dashboard.json"
+    dashboard = json.loads(path.read_text())
+    queried = set()
+    for panel in dashboard["panels"]:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            queried.update(re.findall(r"\b(?:sluice|process)_[a-z0-9_]+", target["expr"]))
+    assert len(queried) >= 15, queried
+    missing = sorted(queried - served)
+    assert not missing, f"the dashboard queries metrics the endpoint does not serve: {missing}"

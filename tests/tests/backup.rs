@@ -702,6 +702,12 @@ async fn a_backup_refuses_bad_targets_and_non_superusers() {
         "SELECT * FROM sluice_backup()".to_string(),
         "SELECT sluice_backup()".to_string(),
         format!("SELECT sluice_backup({} || '2')", literal(&computed)),
+        // a clause around the call would be ignored: refused instead
+        format!(
+            "SELECT * FROM sluice_backup({}) WHERE false",
+            literal(&computed)
+        ),
+        format!("SELECT sluice_backup({}) LIMIT 0", literal(&computed)),
     ] {
         let Err(err) = try_simple_rows(&admin, &sql).await else {
             panic!("{sql} succeeded");
@@ -712,9 +718,19 @@ async fn a_backup_refuses_bad_targets_and_non_superusers() {
         );
     }
     assert!(
-        !work.path().join("computed2").exists(),
+        !work.path().join("computed2").exists() && !computed.exists(),
         "a refused backup created its directory"
     );
+    // nor inside the data directory (its files would be taken for the server's own)
+    let inside = server.data_dir().join("backup-here");
+    let err = try_simple_rows(
+        &admin,
+        &format!("SELECT * FROM sluice_backup({})", literal(&inside)),
+    )
+    .await
+    .expect_err("a backup inside the data directory");
+    assert_eq!(sqlstate(&err), Some("22023"), "{err:?}");
+    assert!(!inside.exists(), "a refused backup created its directory");
 
     // the control: the superuser's scalar form into an existing empty directory works
     let empty = work.path().join("empty");
@@ -1126,4 +1142,106 @@ fn copy_dir(from: &Path, to: &Path) {
         std::fs::copy(&file, &target)
             .unwrap_or_else(|e| panic!("copy {} to {}: {e}", file.display(), target.display()));
     }
+}
+
+/// Backups taken while retention cuts a stream every second and other streams are created
+/// and dropped: each attempt either copies the state of its checkpoint whole or starts over
+/// (a segment the record needs was deleted, a stream it names was dropped), so every backup
+/// restores and opens, and the stream's rows run without a gap from its first retained
+/// offset, each with its own payload.
+#[tokio::test(flavor = "multi_thread")]
+async fn backups_taken_while_retention_cuts_and_streams_drop_restore_whole() {
+    let server = Server::start_with(&["--segment-bytes", "4096"]).await;
+    let admin = server.client().await;
+    exec(
+        &admin,
+        "CREATE STREAM r (n bigint NOT NULL, v text) WITH (retention_bytes = '12kB')",
+    )
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let client = server.client().await;
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut n = 0i64;
+            while !stop.load(Ordering::Relaxed) && n < 20_000 {
+                exec(
+                    &client,
+                    &format!("INSERT INTO r VALUES ({n}, 'row {n} {}')", "p".repeat(300)),
+                )
+                .await;
+                n += 1;
+            }
+            n
+        })
+    };
+    let churn = {
+        let client = server.client().await;
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) && i < 2_000 {
+                exec(&client, &format!("CREATE STREAM tmp_{i} (a int)")).await;
+                exec(&client, &format!("INSERT INTO tmp_{i} VALUES (1), (2)")).await;
+                exec(&client, &format!("DROP STREAM tmp_{i}")).await;
+                i += 1;
+            }
+        })
+    };
+    let work = tempfile::tempdir().expect("create a temporary directory");
+    let mut restored_firsts = Vec::new();
+    for round in 0..4 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let dir = work.path().join(format!("backup-{round}"));
+        let row = query_one(
+            &admin,
+            &format!("SELECT * FROM sluice_backup({})", literal(&dir)),
+        )
+        .await;
+        let index: i64 = row.get("applied_index");
+        let into = work.path().join(format!("restored-{round}"));
+        let out = cli_restore(&dir, &into).await;
+        assert!(out.ok, "backup {round} does not restore: {}", out.stderr);
+        assert_eq!(restored_index(&out.stdout, &into), index);
+        let node = Node::start(&into, &format!("restored-{round}")).await;
+        let client = node.client("sluice").await;
+        let rows = simple_rows(&client, "SELECT offset, n, v FROM r ORDER BY offset").await;
+        let first = simple_rows(
+            &client,
+            "SELECT first_offset FROM sluice_streams WHERE name = 'r'",
+        )
+        .await[0][0]
+            .clone()
+            .expect("first_offset");
+        let first: i64 = first.parse().expect("a number");
+        for (i, row) in rows.iter().enumerate() {
+            let offset = int(row, 0);
+            assert_eq!(offset, first + i as i64, "backup {round}: a gap in r");
+            let n = int(row, 1);
+            assert_eq!(offset, n, "backup {round}: row {offset} holds {n}");
+            assert_eq!(
+                row[2].as_deref(),
+                Some(format!("row {n} {}", "p".repeat(300)).as_str())
+            );
+        }
+        restored_firsts.push(first);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.await.expect("writer");
+    churn.await.expect("churn");
+    assert!(written > 50, "only {written} rows written");
+    let rows = simple_rows(
+        &admin,
+        "SELECT first_offset FROM sluice_streams WHERE name = 'r'",
+    )
+    .await;
+    let source_first: i64 = rows[0][0]
+        .clone()
+        .expect("first")
+        .parse()
+        .expect("a number");
+    assert!(
+        source_first > 0,
+        "retention never cut r while the backups ran ({restored_firsts:?})"
+    );
 }

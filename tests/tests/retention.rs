@@ -361,3 +361,83 @@ async fn time_retention_bounds_a_stream_written_for_20s_on_every_node() {
         "{err:?}"
     );
 }
+
+/// `retain_for_consumers = true`: retention keeps every row a registered consumer has not
+/// processed, then catches up once the consumer commits further; without the option the
+/// same consumer holds nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn consumers_hold_retention_when_the_stream_says_so() {
+    let server = Server::start_with(&["--segment-bytes", "4096"]).await;
+    let client = server.client().await;
+    exec(
+        &client,
+        "CREATE STREAM held (n bigint, v text) WITH (retention_bytes = '8kB', \
+         retain_for_consumers = true); \
+         CREATE STREAM loose (n bigint, v text) WITH (retention_bytes = '8kB')",
+    )
+    .await;
+    exec(
+        &client,
+        "INSERT INTO consumer_offsets VALUES ('billing', 'held', 20), ('billing', 'loose', 20)",
+    )
+    .await;
+    let acked = write_for(&client, "held", Duration::from_secs(3)).await;
+    let loose = write_for(&client, "loose", Duration::from_secs(3)).await;
+    assert!(acked.len() > 60 && loose.len() > 60, "too few rows written");
+    // the stream without the option is cut past the consumer
+    until_shape(&client, "loose", "size retention without the hold", |s| {
+        s.0 > 21
+    })
+    .await;
+    // give retention a few checks on the held stream: it may drop only what is below 21
+    tokio::time::sleep(retention_checks(3)).await;
+    let (first, _, segments) = shape(&client, "held").await;
+    assert!(
+        first <= 21,
+        "first_offset {first} passed the consumer's next offset 21"
+    );
+    assert!(
+        segments > 3,
+        "the held stream kept its segments: {segments}"
+    );
+    retained_rows_intact(&client, "held", first, &acked).await;
+    // the consumer moves on: retention follows, never past it
+    let last = *acked.keys().last().expect("rows written");
+    let at = last - 30;
+    exec(
+        &client,
+        &format!(
+            "UPDATE consumer_offsets SET \"offset\" = {at} WHERE consumer = 'billing' AND stream = 'held'"
+        ),
+    )
+    .await;
+    let (first, _, _) =
+        until_shape(&client, "held", "retention after the commit", |s| s.0 > 21).await;
+    assert!(first <= at + 1, "first_offset {first} passed {}", at + 1);
+    retained_rows_intact(&client, "held", first, &acked).await;
+    // ALTER can lift the hold; the consumer's row stays
+    exec(
+        &client,
+        "ALTER STREAM held SET (retain_for_consumers = false)",
+    )
+    .await;
+    exec(
+        &client,
+        "UPDATE consumer_offsets SET \"offset\" = 0 WHERE consumer = 'billing' AND stream = 'held'",
+    )
+    .await;
+    until_shape(&client, "held", "retention without the hold", |s| {
+        s.0 > at + 1
+    })
+    .await;
+    let bad = client
+        .simple_query("ALTER STREAM held SET (retain_for_consumers = 'maybe')")
+        .await
+        .expect_err("not a boolean");
+    assert_eq!(bad.code().map(|c| c.code()), Some("22023"), "{bad:?}");
+}
+
+/// How long `n` retention checks take.
+fn retention_checks(n: u32) -> Duration {
+    Duration::from_secs(u64::from(n) + 1)
+}

@@ -115,6 +115,8 @@ struct Waiter<R> {
     resent: u32,
     /// Times it was forwarded to a leader: a reply counts only if it answers the latest.
     attempt: u32,
+    /// When the node task took the request.
+    since: std::time::Instant,
 }
 
 /// Most times a request is sent again after its leader certainly lost it.
@@ -415,6 +417,7 @@ impl<SM: StateMachine> Driver<SM> {
                 deadline: self.ticks + self.config.leader_wait_ticks,
                 resent: 0,
                 attempt: 0,
+                since: std::time::Instant::now(),
             },
         );
         self.dispatch(tag);
@@ -831,7 +834,14 @@ impl<SM: StateMachine> Driver<SM> {
                 Metrics::add(&self.metrics.log_bytes, written);
             }
             if ready.must_sync() {
+                let started = std::time::Instant::now();
                 store.sync()?;
+                self.metrics
+                    .fsync_micros
+                    .observe(started.elapsed().as_micros() as u64);
+                self.metrics
+                    .entries_per_fsync
+                    .observe(ready.entries().len() as u64);
                 Metrics::add(&self.metrics.log_fsyncs, 1);
                 if let Some(delay) = self.config.fsync_delay {
                     std::thread::sleep(delay);
@@ -975,6 +985,9 @@ impl<SM: StateMachine> Driver<SM> {
                 .map(|(_, tag)| tag);
             let placed_here = self.by_index.remove(&index);
             if let Some(w) = mine.and_then(|tag| self.waiters.remove(&tag)) {
+                self.metrics
+                    .commit_micros
+                    .observe(w.since.elapsed().as_micros() as u64);
                 replies.push((w.reply, response));
             }
             if let Some(tag) = placed_here.filter(|t| Some(*t) != mine) {

@@ -203,7 +203,20 @@ impl Session {
                 "written (it has a dedup_key)",
             ));
         }
-        let size = ipc.len();
+        // what a reader decodes, not what compression made of it, is what the limit bounds
+        let size = match compression {
+            Some(_) => ipc.len().max(crate::ipc::batch_data_len(batch)),
+            None => ipc.len(),
+        };
+        let max = self.engine.limits.max_statement_bytes;
+        if size > max {
+            return Err(Error::new(
+                sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "write of {size} bytes exceeds the maximum of {max} bytes per command (max_statement_bytes)"
+                ),
+            ));
+        }
         let op = Op {
             kind: Some(op::Kind::Append(Append {
                 stream: stream.name().to_string(),
@@ -213,7 +226,6 @@ impl Session {
             })),
         };
         if let Txn::Block(Block { ops, bytes, .. }) = &mut self.txn {
-            let max = self.engine.limits.max_statement_bytes;
             if *bytes + size > max {
                 return Err(Error::new(
                     sqlstate::PROGRAM_LIMIT_EXCEEDED,

@@ -11,8 +11,8 @@ use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::{
-    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, ObjectName, SelectItem, SetExpr,
-    Statement, TableFactor, Value,
+    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, ObjectName, SelectItem,
+    SetExpr, Statement, TableFactor, Value,
 };
 
 use super::{Output, Session};
@@ -54,6 +54,21 @@ pub(super) fn backup_call(stmt: &Statement) -> Result<Option<PathBuf>> {
         },
         _ => return Ok(None),
     };
+    let bare = q.with.is_none()
+        && q.order_by.is_none()
+        && q.limit_clause.is_none()
+        && q.fetch.is_none()
+        && q.locks.is_empty()
+        && select.selection.is_none()
+        && select.having.is_none()
+        && select.distinct.is_none()
+        && matches!(&select.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
+    if !bare {
+        return Err(Error::new(
+            sqlstate::FEATURE_NOT_SUPPORTED,
+            format!("{FUNCTION}() is called alone: SELECT * FROM {FUNCTION}('/path/to/backup')"),
+        ));
+    }
     match args {
         [FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v)))] => match &v.value {
             Value::SingleQuotedString(dir) | Value::EscapedStringLiteral(dir) => {
