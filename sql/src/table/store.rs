@@ -205,14 +205,7 @@ impl TableStore {
     pub fn open(path: &Path) -> Result<(TableStore, Option<Vec<u8>>)> {
         let db = redb::Database::create(path).map_err(storage_err)?;
         let base = db.begin_read().map_err(storage_err)?;
-        let checkpoint = match base.open_table(META) {
-            Ok(t) => t
-                .get(CHECKPOINT_KEY)
-                .map_err(storage_err)?
-                .map(|g| g.value().to_vec()),
-            Err(TableError::TableDoesNotExist(_)) => None,
-            Err(e) => return Err(storage_err(e)),
-        };
+        let checkpoint = checkpoint_record(&base)?;
         let store = TableStore {
             db,
             live: RwLock::new(Snapshot {
@@ -388,15 +381,7 @@ impl TableStore {
     /// transaction (so they agree whatever checkpoints run meanwhile): what a backup holds.
     pub fn dump_with_record(&self) -> Result<(Option<Vec<u8>>, Vec<RawTable>)> {
         let txn = self.db.begin_read().map_err(storage_err)?;
-        let record = match txn.open_table(META) {
-            Ok(t) => t
-                .get(CHECKPOINT_KEY)
-                .map_err(storage_err)?
-                .map(|g| g.value().to_vec()),
-            Err(TableError::TableDoesNotExist(_)) => None,
-            Err(e) => return Err(storage_err(e)),
-        };
-        Ok((record, dump_tables(&txn)?))
+        Ok((checkpoint_record(&txn)?, dump_tables(&txn)?))
     }
 
     /// Replaces every table with `tables` (from [`TableStore::dump`] on another replica) and
@@ -433,6 +418,18 @@ impl TableStore {
         live.index = index;
         live.versions = versions.into_iter().collect();
         Ok(())
+    }
+}
+
+/// The checkpoint record `txn` sees, if a checkpoint was ever written.
+fn checkpoint_record(txn: &redb::ReadTransaction) -> Result<Option<Vec<u8>>> {
+    match txn.open_table(META) {
+        Ok(t) => Ok(t
+            .get(CHECKPOINT_KEY)
+            .map_err(storage_err)?
+            .map(|g| g.value().to_vec())),
+        Err(TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(storage_err(e)),
     }
 }
 
