@@ -196,6 +196,19 @@ fn history_row(i: u64, payload: &str, out: &mut String) {
 
 /// Create the history table (`customer`, `amount`, `payload`) and append
 /// exactly `rows` rows with COPY FROM over `connections` connections.
+/// After a load into PostgreSQL: fresh statistics and a set visibility map
+/// (`VACUUM ANALYZE`), which it plans and scans better with, as any operator
+/// would give it. Nothing to do on Sluice.
+pub(crate) async fn settle(client: &Client, target: Target, table: &str) -> Result<(), String> {
+    if matches!(target, Target::Postgres) {
+        client
+            .batch_execute(&format!("VACUUM ANALYZE {table}"))
+            .await
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
 pub async fn load(common: Common, rows: u64, connections: usize) -> Result<LoadRun, String> {
     let client = connect(&common.url).await?;
     let t = &common.table;
@@ -221,14 +234,7 @@ pub async fn load(common: Common, rows: u64, connections: usize) -> Result<LoadR
         move |i: u64, out: &mut String| history_row(i, &body, out),
     )
     .await?;
-    if matches!(common.target, Target::Postgres) {
-        // PostgreSQL plans and scans better with fresh statistics and a
-        // set visibility map; give it both, as any operator would.
-        client
-            .batch_execute(&format!("VACUUM ANALYZE {t}"))
-            .await
-            .map_err(err)?;
-    }
+    settle(&client, common.target, t).await?;
     let seconds = start.elapsed().as_secs_f64();
     let bytes = rows as f64 * common.size as f64;
     eprintln!(

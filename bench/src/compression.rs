@@ -237,13 +237,7 @@ async fn load(common: &Common, o: &Options) -> Result<u64, String> {
         move |i: u64, out: &mut String| event_row(i, size, out),
     )
     .await?;
-    if matches!(common.target, Target::Postgres) {
-        // as for the history table: fresh statistics and a set visibility map
-        client
-            .batch_execute(&format!("VACUUM ANALYZE {t}"))
-            .await
-            .map_err(err)?;
-    }
+    bulk::settle(&client, common.target, t).await?;
     Ok(sent)
 }
 

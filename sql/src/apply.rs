@@ -36,7 +36,7 @@ use std::sync::Arc;
 use prost::Message as _;
 use serde::{Deserialize, Serialize};
 use sluice_consensus::StateMachine;
-use sluice_storage::{StreamCheckpoint, StreamLog, StreamLogOptions};
+use sluice_storage::{durable, StreamCheckpoint, StreamLog, StreamLogOptions};
 
 use crate::block_catalog::LOCAL_ID_BASE;
 use crate::catalog::{Catalog, Stream};
@@ -481,15 +481,11 @@ impl Database {
                 fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
                 dirs.insert(parent.to_path_buf());
             }
-            let mut file = fs::File::create(&path).map_err(|e| io(&path, e))?;
-            std::io::Write::write_all(&mut file, &f.data).map_err(|e| io(&path, e))?;
-            file.sync_all().map_err(|e| io(&path, e))?;
+            durable::write_synced(&path, &f.data).map_err(|e| e.to_string())?;
         }
         dirs.insert(streams_dir.clone());
         for d in dirs {
-            fs::File::open(&d)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| io(&d, e))?;
+            durable::sync_dir(&d).map_err(|e| e.to_string())?;
         }
         self.tables
             .replace_all(

@@ -33,6 +33,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use sluice_storage::durable::{list_segments, sync_dir, write_synced};
+
 use crate::apply::{self, RecordedState};
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
@@ -71,6 +73,12 @@ enum Stop {
 impl From<Error> for Stop {
     fn from(e: Error) -> Stop {
         Stop::Failed(e)
+    }
+}
+
+impl From<sluice_storage::Error> for Stop {
+    fn from(e: sluice_storage::Error) -> Stop {
+        Stop::Failed(e.into())
     }
 }
 
@@ -369,23 +377,16 @@ fn opened_streams(
         let rel_dir = dir
             .strip_prefix(&streams_dir)
             .map_err(|_| Error::internal(format!("{} is outside the streams", dir.display())))?;
-        let entries = match fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        let mut segments = match list_segments(dir) {
+            Ok(segments) => segments,
+            Err(sluice_storage::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
                 return Err(vanished(dir, "was dropped"))
             }
-            Err(e) => return Err(io(dir, e).into()),
+            Err(e) => return Err(e.into()),
         };
-        let mut segments = Vec::new();
-        for entry in entries {
-            let path = entry.map_err(|e| io(dir, e))?.path();
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            match sluice_storage::segment::parse_file_name(name) {
-                Some(base) if base <= position.segment_base => segments.push((base, path)),
-                _ => {}
-            }
-        }
-        segments.sort();
+        segments.retain(|(base, _)| *base <= position.segment_base);
         // truncation deletes a prefix: the first segment kept must still hold the record's
         // first offset, and the checkpointed one must be there
         let first = segments.first().map(|(b, _)| *b);
@@ -450,10 +451,7 @@ fn copy_synced(src: &mut fs::File, len: u64, to: &Path, stop: Option<&AtomicBool
 }
 
 fn write_file(dir: &Path, rel: &Path, data: &[u8]) -> Result<ManifestFile> {
-    let path = dir.join(rel);
-    let mut f = fs::File::create(&path).map_err(|e| io(&path, e))?;
-    f.write_all(data).map_err(|e| io(&path, e))?;
-    f.sync_all().map_err(|e| io(&path, e))?;
+    write_synced(&dir.join(rel), data)?;
     Ok(ManifestFile {
         path: rel.to_path_buf(),
         len: data.len() as u64,
@@ -476,12 +474,6 @@ fn dirs_under(dir: &Path) -> Result<Vec<PathBuf>> {
         i += 1;
     }
     Ok(out)
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io(dir, e))
 }
 
 fn io(path: &Path, e: std::io::Error) -> Error {

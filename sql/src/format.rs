@@ -22,8 +22,9 @@
 //!   file when first opened.
 
 use std::fs;
-use std::io::Write as _;
 use std::path::Path;
+
+use sluice_storage::durable;
 
 use crate::error::{Error, Result};
 
@@ -101,14 +102,8 @@ pub fn check_or_init(dir: &Path) -> Result<()> {
 
 /// Writes `dir/FORMAT` durably (the file, then the directory).
 pub fn write(dir: &Path, version: u32) -> Result<()> {
-    let path = dir.join(FORMAT_FILE);
-    let io = |e: std::io::Error| Error::io(format!("{}: {e}", path.display()));
-    let mut f = fs::File::create(&path).map_err(io)?;
-    f.write_all(format_text(version).as_bytes()).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("{}: {e}", dir.display())))
+    durable::write_synced(&dir.join(FORMAT_FILE), format_text(version).as_bytes())?;
+    Ok(durable::sync_dir(dir)?)
 }
 
 #[cfg(test)]

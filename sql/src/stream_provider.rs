@@ -246,16 +246,20 @@ impl TableProvider for StreamTable {
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let bounds = ScanBounds::from_filters(filters);
         let snapshot_end = self.stream.log.next_offset();
+        let external = |e: Error| DataFusionError::External(Box::new(e));
+        let columns = Projection::new(&self.stream, projection).map_err(external)?;
         let pending = self
             .pending
             .iter()
-            .map(|b| uncommitted_rows(&self.stream, b))
+            .map(|b| uncommitted_rows(&self.stream, b).and_then(|full| columns.of_full(&full)))
             .collect::<Result<Vec<_>, Error>>()
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            .map_err(external)?;
+        let schema = columns.schema.clone();
         let partition = SegmentScan {
             stream: self.stream.clone(),
             bounds,
             end: snapshot_end,
+            columns,
             pending,
         };
         // Rows come out in offset order: say so when `offset` is projected,
@@ -281,9 +285,9 @@ impl TableProvider for StreamTable {
             ])
         });
         Ok(Arc::new(StreamingTableExec::try_new(
-            self.stream.full_schema.clone(),
+            schema,
             vec![Arc::new(partition)],
-            projection,
+            None, // the partition projects
             ordering,
             false,
             limit,
@@ -309,19 +313,56 @@ impl TableProvider for StreamTable {
     }
 }
 
-/// Reads the frames of one stream within bounds, adding `offset` and `ts`.
+/// Reads the frames of one stream within bounds, the projected columns only: the user
+/// columns asked for are the only ones decoded, `offset` and `ts` are built only when asked.
 #[derive(Debug)]
 struct SegmentScan {
     stream: Arc<Stream>,
     bounds: ScanBounds,
     end: u64,
-    /// The transaction's own uncommitted rows (full schema), after the rest.
+    columns: Projection,
+    /// The transaction's own uncommitted rows (projected), after the rest.
     pending: Vec<RecordBatch>,
+}
+
+/// Which columns of a stream's full schema (`offset`, `ts`, the user columns) a scan
+/// returns, in the scan's order.
+#[derive(Debug, Clone)]
+struct Projection {
+    /// Indices into the full schema, in output order (may repeat).
+    indices: Vec<usize>,
+    /// The user columns among them (full-schema index - 2), ascending, once each.
+    user: Vec<usize>,
+    schema: SchemaRef,
+}
+
+impl Projection {
+    /// `None` is every column.
+    fn new(stream: &Stream, projection: Option<&Vec<usize>>) -> Result<Projection, Error> {
+        let indices: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..stream.full_schema.fields().len()).collect(),
+        };
+        let mut user: Vec<usize> = indices.iter().filter(|&&i| i >= 2).map(|i| i - 2).collect();
+        user.sort_unstable();
+        user.dedup();
+        let schema = Arc::new(stream.full_schema.project(&indices)?);
+        Ok(Projection {
+            indices,
+            user,
+            schema,
+        })
+    }
+
+    /// The projected columns of `full` (a batch of the full schema).
+    fn of_full(&self, full: &RecordBatch) -> Result<RecordBatch, Error> {
+        Ok(full.project(&self.indices)?)
+    }
 }
 
 impl PartitionStream for SegmentScan {
     fn schema(&self) -> &SchemaRef {
-        &self.stream.full_schema
+        &self.columns.schema
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
@@ -338,9 +379,11 @@ impl PartitionStream for SegmentScan {
         } else {
             vec![]
         };
-        let schema = stream.full_schema.clone();
+        let schema = self.columns.schema.clone();
+        let columns = self.columns.clone();
         let batches = futures::stream::iter(metas).map(move |m| {
-            read_frame(&stream, &m, from, to).map_err(|e| DataFusionError::External(Box::new(e)))
+            read_projected(&stream, &m, from, to, &columns)
+                .map_err(|e| DataFusionError::External(Box::new(e)))
         });
         let pending = futures::stream::iter(self.pending.clone().into_iter().map(Ok));
         Box::pin(RecordBatchStreamAdapter::new(
@@ -362,13 +405,58 @@ pub fn read_frame(
         .frames_read
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let batch = with_system_columns(stream, &user, m.base_offset, m.ts_micros)?;
+    Ok(slice_to(batch, m, from, to))
+}
+
+/// One frame's `columns`, sliced to [from, to): only the user columns projected are
+/// decoded, `offset` and `ts` are built only if projected.
+fn read_projected(
+    stream: &Stream,
+    m: &BatchMeta,
+    from: u64,
+    to: u64,
+    columns: &Projection,
+) -> Result<RecordBatch, Error> {
+    let decoded = stream.log.read_columns(m, Some(&columns.user))?;
+    stream
+        .frames_read
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let n = decoded.num_rows();
+    let mut out = Vec::with_capacity(columns.indices.len());
+    for &i in &columns.indices {
+        out.push(match i {
+            0 => Arc::new(Int64Array::from_iter_values(
+                (0..n as i64).map(|r| m.base_offset as i64 + r),
+            )) as ArrayRef,
+            1 => {
+                Arc::new(TimestampMicrosecondArray::from_value(m.ts_micros, n).with_timezone("UTC"))
+            }
+            _ => {
+                // the frame holds the first `k` of the projected user columns (later ones
+                // were added to the stream after it was written)
+                let at = columns.user.partition_point(|&u| u < i - 2);
+                if at < decoded.num_columns() {
+                    decoded.column(at).clone()
+                } else {
+                    stream.missing_column(i - 2, n)?
+                }
+            }
+        });
+    }
+    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
+    let batch = RecordBatch::try_new_with_options(columns.schema.clone(), out, &options)?;
+    Ok(slice_to(batch, m, from, to))
+}
+
+/// The rows of `batch` (frame `m`'s) within [from, to).
+fn slice_to(batch: RecordBatch, m: &BatchMeta, from: u64, to: u64) -> RecordBatch {
     let start = from.saturating_sub(m.base_offset).min(m.rows as u64) as usize;
     let end = to.saturating_sub(m.base_offset).min(m.rows as u64) as usize;
-    Ok(if start == 0 && end == batch.num_rows() {
+    if start == 0 && end == batch.num_rows() {
         batch
     } else {
         batch.slice(start, end.saturating_sub(start))
-    })
+    }
 }
 
 /// Uncommitted rows as the full schema: `offset` and `ts` are NULL (COMMIT

@@ -29,6 +29,9 @@ pub const MAX_PAYLOAD_LEN: usize = u32::MAX as usize - HEADER_LEN;
 
 const CRC_START: usize = 12;
 
+use arrow::buffer::Buffer;
+use arrow::record_batch::RecordBatch;
+
 /// The decoded fields of a frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
@@ -154,6 +157,68 @@ fn compressed_sizes(payload: &[u8]) -> Option<(u64, u64)> {
         }
     }
     Some((compressed, uncompressed))
+}
+
+/// Decodes only `columns` (indices into the payload's own schema, ascending, no repeats) of a
+/// payload holding one schema message and one record batch without dictionaries: the other
+/// columns' buffers are skipped — neither decompressed nor validated. Indices past the
+/// payload's schema (columns added to the stream after it was written) are left out, so the
+/// batch holds the first `k` requested columns, where `k` counts those the payload has. `None` when the payload is
+/// not of that plain shape (dictionaries, more messages, anything that does not parse): the
+/// caller decodes it whole instead, which also reports what is wrong with it.
+pub fn decode_columns(
+    payload: &Buffer,
+    columns: &[usize],
+) -> Option<Result<RecordBatch, arrow::error::ArrowError>> {
+    let bytes = payload.as_slice();
+    let mut at = 0usize;
+    let (schema_message, _) = next_message(bytes, &mut at)?;
+    let schema = arrow::ipc::convert::fb_to_schema(schema_message.header_as_schema()?);
+    if schema
+        .fields()
+        .iter()
+        .any(|f| needs_whole_decode(f.data_type()))
+    {
+        return None;
+    }
+    let (batch_message, body) = next_message(bytes, &mut at)?;
+    let batch = batch_message.header_as_record_batch()?;
+    if next_message(bytes, &mut at).is_some() {
+        return None; // more than one batch: the whole decode says so
+    }
+    let body_start = (body.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
+    let body = payload.slice_with_length(body_start, body.len());
+    let present: Vec<usize> = columns
+        .iter()
+        .copied()
+        .filter(|&i| i < schema.fields().len())
+        .collect();
+    let version = batch_message.version();
+    let dictionaries = std::collections::HashMap::new();
+    let decoded = arrow::ipc::reader::RecordBatchDecoder::try_new(
+        &body,
+        batch,
+        std::sync::Arc::new(schema),
+        &dictionaries,
+        &version,
+    )
+    .and_then(|d| d.with_projection(Some(&present)).read_record_batch());
+    Some(decoded)
+}
+
+/// Types [`decode_columns`] leaves to the whole decode: dictionaries (which need their
+/// dictionary batches) and the layouts nothing in a stream uses.
+fn needs_whole_decode(t: &arrow::datatypes::DataType) -> bool {
+    use arrow::datatypes::DataType as T;
+    match t {
+        T::Dictionary(..) => true,
+        T::List(f) | T::LargeList(f) | T::FixedSizeList(f, _) | T::Map(f, _) => {
+            needs_whole_decode(f.data_type())
+        }
+        T::Struct(fields) => fields.iter().any(|f| needs_whole_decode(f.data_type())),
+        T::Union(..) | T::RunEndEncoded(..) | T::ListView(_) | T::LargeListView(_) => true,
+        _ => false,
+    }
 }
 
 /// The next encapsulated IPC message at `*at` (continuation marker, metadata length,

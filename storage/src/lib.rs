@@ -7,8 +7,11 @@
 //! appends are not fsynced; [`StreamLog::sync`] returns a
 //! [`StreamCheckpoint`] that the caller stores, and [`StreamLog::open`]
 //! restores exactly that position, so the caller replays the rest from its
-//! own log. [`Error`] is the crate's one error type.
+//! own log. [`durable`] holds the write-fsync-and-sync-the-directory helpers
+//! the other crates use for files beside the logs. [`Error`] is the crate's
+//! one error type.
 
+pub mod durable;
 pub mod error;
 pub mod frame;
 pub mod segment;

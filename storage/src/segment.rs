@@ -103,9 +103,16 @@ impl SegmentFile {
     }
 
     /// Reads the frame of `len` bytes at `position`, verifies that it is the
-    /// frame holding `base_offset` and that its checksum holds, and decodes
-    /// its record batch.
-    pub fn read_batch(&self, position: u64, len: u32, base_offset: u64) -> Result<RecordBatch> {
+    /// frame holding `base_offset` and that its checksum holds, and decodes its
+    /// record batch: every column, or with `columns` only those (see
+    /// [`frame::decode_columns`]; a column the frame predates is left out).
+    pub fn read_batch(
+        &self,
+        position: u64,
+        len: u32,
+        base_offset: u64,
+        columns: Option<&[usize]>,
+    ) -> Result<RecordBatch> {
         let corrupt = |detail: String| Error::corrupt(&self.path, position, detail);
         let len = len as usize;
         if len < HEADER_LEN {
@@ -125,8 +132,41 @@ impl SegmentFile {
         self.file
             .read_exact_at(&mut buf, position)
             .map_err(Error::io(&self.path))?;
+        let header = self.check_header(&buf, position, len, base_offset)?;
+        if !frame::verify_checksum(&header, &buf[HEADER_LEN..]) {
+            return Err(corrupt("frame checksum mismatch".to_string()));
+        }
+        let ipc = Buffer::from_vec(buf).slice(HEADER_LEN);
+        let batch = match columns.map(|c| frame::decode_columns(&ipc, c)) {
+            Some(Some(decoded)) => decoded?,
+            Some(None) => {
+                let whole = decode_whole(ipc, &self.path, position)?;
+                let present: Vec<usize> = columns
+                    .unwrap_or_default()
+                    .iter()
+                    .copied()
+                    .filter(|&i| i < whole.num_columns())
+                    .collect();
+                whole.project(&present)?
+            }
+            None => decode_whole(ipc, &self.path, position)?,
+        };
+        self.check_rows(&batch, &header, position)?;
+        Ok(batch)
+    }
+
+    /// The header at the start of `frame`, checked against the index's `len` and
+    /// `base_offset`.
+    fn check_header(
+        &self,
+        frame: &[u8],
+        position: u64,
+        len: usize,
+        base_offset: u64,
+    ) -> Result<frame::FrameHeader> {
+        let corrupt = |detail: String| Error::corrupt(&self.path, position, detail);
         let mut header_bytes = [0u8; HEADER_LEN];
-        header_bytes.copy_from_slice(&buf[..HEADER_LEN]);
+        header_bytes.copy_from_slice(&frame[..HEADER_LEN]);
         let header = frame::decode_header(&header_bytes)
             .ok_or_else(|| corrupt("no frame magic".to_string()))?;
         if header.frame_len() != len as u64 || header.base_offset != base_offset {
@@ -136,27 +176,27 @@ impl SegmentFile {
                 header.base_offset,
             )));
         }
-        if !frame::verify_checksum(&header, &buf[HEADER_LEN..]) {
-            return Err(corrupt("frame checksum mismatch".to_string()));
-        }
-        let mut ipc = Buffer::from_vec(buf).slice(HEADER_LEN);
-        let mut decoder = StreamDecoder::new();
-        let batch = decoder
-            .decode(&mut ipc)?
-            .ok_or_else(|| corrupt("frame holds no record batch".to_string()))?;
-        if decoder.decode(&mut ipc)?.is_some() {
-            return Err(corrupt(
-                "frame holds more than one record batch".to_string(),
+        Ok(header)
+    }
+
+    fn check_rows(
+        &self,
+        batch: &RecordBatch,
+        header: &frame::FrameHeader,
+        position: u64,
+    ) -> Result<()> {
+        if batch.num_rows() != header.rows as usize {
+            return Err(Error::corrupt(
+                &self.path,
+                position,
+                format!(
+                    "frame header says {} rows but its batch has {}",
+                    header.rows,
+                    batch.num_rows()
+                ),
             ));
         }
-        if batch.num_rows() != header.rows as usize {
-            return Err(corrupt(format!(
-                "frame header says {} rows but its batch has {}",
-                header.rows,
-                batch.num_rows()
-            )));
-        }
-        Ok(batch)
+        Ok(())
     }
 
     fn truncate(&self, len: u64) -> Result<()> {
@@ -165,6 +205,19 @@ impl SegmentFile {
             .and_then(|()| self.file.sync_data())
             .map_err(Error::io(&self.path))
     }
+}
+
+/// The one record batch of the payload of the frame at `position` of `path`, every column.
+fn decode_whole(mut ipc: Buffer, path: &Path, position: u64) -> Result<RecordBatch> {
+    let corrupt = |detail: &str| Error::corrupt(path, position, detail);
+    let mut decoder = StreamDecoder::new();
+    let batch = decoder
+        .decode(&mut ipc)?
+        .ok_or_else(|| corrupt("frame holds no record batch"))?;
+    if decoder.decode(&mut ipc)?.is_some() {
+        return Err(corrupt("frame holds more than one record batch"));
+    }
+    Ok(batch)
 }
 
 /// Index entry for one frame.
@@ -474,7 +527,7 @@ mod tests {
         let entry = segment.frames()[0];
         let err = segment
             .file()
-            .read_batch(entry.position, entry.len, 7)
+            .read_batch(entry.position, entry.len, 7, None)
             .expect_err("wrong offset");
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     }

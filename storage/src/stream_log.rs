@@ -34,6 +34,7 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info};
 
+use crate::durable::{list_segments, sync_dir};
 use crate::error::{Error, Result};
 use crate::frame::{self, HEADER_LEN};
 use crate::segment::{self, FrameEntry, Segment, SegmentFile, TornTail};
@@ -510,6 +511,14 @@ impl StreamLog {
     /// Reads, verifies and decodes the batch `meta` describes. Returns
     /// [`Error::OffsetTruncated`] if its segment has been deleted.
     pub fn read(&self, meta: &BatchMeta) -> Result<RecordBatch> {
+        self.read_columns(meta, None)
+    }
+
+    /// [`StreamLog::read`] decoding only `columns` (ascending indices of the batch's
+    /// columns) when given: the others are neither decompressed nor validated, and a column
+    /// the batch predates is left out (the result holds the given columns the batch has, in
+    /// order).
+    pub fn read_columns(&self, meta: &BatchMeta, columns: Option<&[usize]>) -> Result<RecordBatch> {
         let file = {
             let index = self.index.read();
             match index.segment(meta.segment_base) {
@@ -522,7 +531,7 @@ impl StreamLog {
                 }
             }
         };
-        file.read_batch(meta.position, meta.len, meta.base_offset)
+        file.read_batch(meta.position, meta.len, meta.base_offset, columns)
     }
 
     /// Logical prefix truncation: `first_offset = max(first_offset, before)`,
@@ -625,23 +634,6 @@ impl fmt::Debug for StreamLog {
     }
 }
 
-/// Segment files in `dir`, sorted by base offset. Other files are ignored.
-fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
-    let mut found = Vec::new();
-    for entry in fs::read_dir(dir).map_err(Error::io(dir))? {
-        let entry = entry.map_err(Error::io(dir))?;
-        if let Some(base) = entry
-            .file_name()
-            .to_str()
-            .and_then(segment::parse_file_name)
-        {
-            found.push((base, entry.path()));
-        }
-    }
-    found.sort_unstable_by_key(|(base, _)| *base);
-    Ok(found)
-}
-
 /// The file that records the first offset a prefix truncation kept.
 const FIRST_OFFSET_FILE: &str = "first_offset";
 
@@ -671,12 +663,6 @@ fn write_first_offset(dir: &Path, offset: u64) -> Result<()> {
     };
     write().map_err(Error::io(&path))?;
     sync_dir(dir)
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(Error::io(dir))
 }
 
 fn parent_dir(dir: &Path) -> &Path {

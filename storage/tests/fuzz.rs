@@ -472,13 +472,17 @@ fn fuzz_segment_recover_and_read_batch() {
                     };
                     prop_assert!(segment.bytes() <= bytes.len() as u64);
                     for f in segment.frames() {
-                        segment
-                            .file()
-                            .read_batch(f.position, f.len, f.base_offset)
-                            .map_err(|e| TestCaseError::fail(format!("indexed frame: {e}")))?;
+                        // whole, and (verified by recovery, so sparsely when large) by column
+                        for columns in [None, Some(&[0usize][..]), Some(&[][..])] {
+                            segment
+                                .file()
+                                .read_batch(f.position, f.len, f.base_offset, columns)
+                                .map_err(|e| TestCaseError::fail(format!("indexed frame: {e}")))?;
+                        }
                     }
-                    for (position, len, base) in reads {
-                        let _ = segment.file().read_batch(position, len, base);
+                    for (i, (position, len, base)) in reads.into_iter().enumerate() {
+                        let columns = (i % 2 == 1).then_some(&[0usize, 1][..]);
+                        let _ = segment.file().read_batch(position, len, base, columns);
                     }
                     Ok(())
                 })

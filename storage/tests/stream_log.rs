@@ -641,3 +641,28 @@ fn write_back_runs_beside_appends_and_does_not_move_the_checkpoint() {
     assert_eq!(reopened.next_offset(), 160, "recovery is to the checkpoint");
     assert_eq!(read_all(&reopened, 0), 160);
 }
+
+#[test]
+fn read_columns_decodes_only_the_columns_asked_for() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = StreamLog::create(dir.path(), StreamLogOptions::default()).expect("create");
+    append_all(&log, &[3, 4]);
+    for meta in log.batches(0, log.next_offset()) {
+        let both = log.read_columns(&meta, Some(&[0, 1])).expect("both");
+        assert_batch(&both, meta.base_offset, meta.rows);
+        let msg = log.read_columns(&meta, Some(&[1])).expect("msg");
+        assert_eq!(msg.num_columns(), 1);
+        assert_eq!(msg.schema().field(0).name(), "msg");
+        assert_eq!(msg.column(0), both.column(1));
+        // no column: the row count still comes through (count(*))
+        let none = log.read_columns(&meta, Some(&[])).expect("none");
+        assert_eq!(
+            (none.num_columns(), none.num_rows()),
+            (0, meta.rows as usize)
+        );
+        // a column the batch predates (added to the stream later) is left out
+        let later = log.read_columns(&meta, Some(&[0, 2, 5])).expect("later");
+        assert_eq!(later.num_columns(), 1);
+        assert_eq!(later.column(0), both.column(0));
+    }
+}
