@@ -194,8 +194,6 @@ fn history_row(i: u64, payload: &str, out: &mut String) {
     let _ = writeln!(out, "{customer}\t{amount}\t{payload}");
 }
 
-/// Create the history table (`customer`, `amount`, `payload`) and append
-/// exactly `rows` rows with COPY FROM over `connections` connections.
 /// After a load into PostgreSQL: fresh statistics and a set visibility map
 /// (`VACUUM ANALYZE`), which it plans and scans better with, as any operator
 /// would give it. Nothing to do on Sluice.
@@ -209,6 +207,8 @@ pub(crate) async fn settle(client: &Client, target: Target, table: &str) -> Resu
     Ok(())
 }
 
+/// Create the history table (`customer`, `amount`, `payload`) and append
+/// exactly `rows` rows with COPY FROM over `connections` connections.
 pub async fn load(common: Common, rows: u64, connections: usize) -> Result<LoadRun, String> {
     let client = connect(&common.url).await?;
     let t = &common.table;

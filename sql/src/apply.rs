@@ -484,6 +484,7 @@ impl Database {
             durable::write_synced(&path, &f.data).map_err(|e| e.to_string())?;
         }
         dirs.insert(streams_dir.clone());
+        dirs.insert(self.dir.clone()); // it holds the new streams/ directory
         for d in dirs {
             durable::sync_dir(&d).map_err(|e| e.to_string())?;
         }

@@ -163,9 +163,11 @@ fn compressed_sizes(payload: &[u8]) -> Option<(u64, u64)> {
 /// payload holding one schema message and one record batch without dictionaries: the other
 /// columns' buffers are skipped — neither decompressed nor validated. Indices past the
 /// payload's schema (columns added to the stream after it was written) are left out, so the
-/// batch holds the first `k` requested columns, where `k` counts those the payload has. `None` when the payload is
-/// not of that plain shape (dictionaries, more messages, anything that does not parse): the
-/// caller decodes it whole instead, which also reports what is wrong with it.
+/// batch holds the first `k` requested columns, where `k` counts those the payload has.
+/// `None` when the payload is not of that plain shape (dictionaries, views, more messages,
+/// node or buffer counts other than the schema's, anything that does not parse): the caller
+/// decodes it whole instead, which also reports what is wrong with it. Skipping a column
+/// trusts the batch to list its buffers, so the counts are checked first.
 pub fn decode_columns(
     payload: &Buffer,
     columns: &[usize],
@@ -174,17 +176,21 @@ pub fn decode_columns(
     let mut at = 0usize;
     let (schema_message, _) = next_message(bytes, &mut at)?;
     let schema = arrow::ipc::convert::fb_to_schema(schema_message.header_as_schema()?);
-    if schema
-        .fields()
-        .iter()
-        .any(|f| needs_whole_decode(f.data_type()))
-    {
-        return None;
+    let (mut nodes, mut buffers) = (0usize, 0usize);
+    for field in schema.fields() {
+        let (n, b) = layout_counts(field.data_type())?;
+        nodes += n;
+        buffers += b;
     }
     let (batch_message, body) = next_message(bytes, &mut at)?;
     let batch = batch_message.header_as_record_batch()?;
-    if next_message(bytes, &mut at).is_some() {
-        return None; // more than one batch: the whole decode says so
+    if batch.nodes()?.len() != nodes || batch.buffers()?.len() != buffers {
+        return None;
+    }
+    // nothing may follow the batch but the end-of-stream marker
+    match &bytes[at.min(bytes.len())..] {
+        [] | [0, 0, 0, 0] | [255, 255, 255, 255, 0, 0, 0, 0] => {}
+        _ => return None,
     }
     let body_start = (body.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
     let body = payload.slice_with_length(body_start, body.len());
@@ -206,18 +212,31 @@ pub fn decode_columns(
     Some(decoded)
 }
 
-/// Types [`decode_columns`] leaves to the whole decode: dictionaries (which need their
-/// dictionary batches) and the layouts nothing in a stream uses.
-fn needs_whole_decode(t: &arrow::datatypes::DataType) -> bool {
+/// How many IPC field nodes and buffers a column of type `t` takes (as Arrow's reader
+/// consumes them); `None` for the types [`decode_columns`] leaves to the whole decode:
+/// dictionaries (which need their dictionary batches), views, unions, run-end encoding.
+fn layout_counts(t: &arrow::datatypes::DataType) -> Option<(usize, usize)> {
     use arrow::datatypes::DataType as T;
+    let child = |f: &arrow::datatypes::FieldRef, own: usize| {
+        layout_counts(f.data_type()).map(|(n, b)| (1 + n, own + b))
+    };
     match t {
-        T::Dictionary(..) => true,
-        T::List(f) | T::LargeList(f) | T::FixedSizeList(f, _) | T::Map(f, _) => {
-            needs_whole_decode(f.data_type())
-        }
-        T::Struct(fields) => fields.iter().any(|f| needs_whole_decode(f.data_type())),
-        T::Union(..) | T::RunEndEncoded(..) | T::ListView(_) | T::LargeListView(_) => true,
-        _ => false,
+        T::Null => Some((1, 0)),
+        T::Utf8 | T::LargeUtf8 | T::Binary | T::LargeBinary => Some((1, 3)),
+        T::List(f) | T::LargeList(f) | T::Map(f, _) => child(f, 2),
+        T::FixedSizeList(f, _) => child(f, 1),
+        T::Struct(fields) => fields.iter().try_fold((1, 1), |(n, b), f| {
+            let (fn_, fb) = layout_counts(f.data_type())?;
+            Some((n + fn_, b + fb))
+        }),
+        T::Dictionary(..)
+        | T::Union(..)
+        | T::RunEndEncoded(..)
+        | T::ListView(_)
+        | T::LargeListView(_)
+        | T::Utf8View
+        | T::BinaryView => None,
+        _ => Some((1, 2)),
     }
 }
 
@@ -366,5 +385,73 @@ mod tests {
             ..header
         };
         assert!(!verify_checksum(&bad_crc, &payload));
+    }
+
+    /// IPC stream bytes (schema, one batch, end marker) of `batch`.
+    fn stream_bytes(schema: &arrow::datatypes::SchemaRef, batch: Option<&RecordBatch>) -> Vec<u8> {
+        let mut writer =
+            arrow::ipc::writer::StreamWriter::try_new(Vec::new(), schema).expect("writer");
+        if let Some(batch) = batch {
+            writer.write(batch).expect("write");
+        }
+        writer.finish().expect("finish");
+        writer.into_inner().expect("bytes")
+    }
+
+    /// A batch listing fewer buffers than its schema needs (checksum-valid bytes from a
+    /// peer's snapshot or a crafted backup) is left to the whole decode, which reports it:
+    /// skipping the columns it lacks would otherwise panic inside Arrow's reader.
+    #[test]
+    fn a_batch_short_of_its_schemas_buffers_is_decoded_whole() {
+        use std::sync::Arc;
+
+        use arrow::array::{StringArray, UInt64Array};
+        use arrow::datatypes::{DataType, Field, Schema};
+
+        let a = Field::new("a", DataType::UInt64, false);
+        let b = Field::new("b", DataType::Utf8, false);
+        let two = Arc::new(Schema::new(vec![a.clone(), b.clone()]));
+        let three = Arc::new(Schema::new(vec![
+            a,
+            b,
+            Field::new("c", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            two.clone(),
+            vec![
+                Arc::new(UInt64Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec!["x", "y"])),
+            ],
+        )
+        .expect("batch");
+        let honest = stream_bytes(&two, Some(&batch));
+        let decoded = decode_columns(&Buffer::from_vec(honest.clone()), &[0, 1])
+            .expect("plain shape")
+            .expect("decodes");
+        assert_eq!(decoded, batch);
+        let only_b = decode_columns(&Buffer::from_vec(honest.clone()), &[1])
+            .expect("plain shape")
+            .expect("decodes");
+        assert_eq!(only_b.column(0), batch.column(1));
+
+        // the three-column schema message, then the two-column batch
+        let schema_end = |bytes: &[u8]| {
+            let mut at = 0;
+            next_message(bytes, &mut at).expect("schema message");
+            at
+        };
+        let three_bytes = stream_bytes(&three, None);
+        let mut spliced = three_bytes[..schema_end(&three_bytes)].to_vec();
+        spliced.extend_from_slice(&honest[schema_end(&honest)..]);
+        for columns in [&[0usize][..], &[], &[1], &[0, 1, 2]] {
+            assert!(
+                decode_columns(&Buffer::from_vec(spliced.clone()), columns).is_none(),
+                "{columns:?}"
+            );
+        }
+        // bytes after the batch that are not the end marker: also whole
+        let mut trailing = honest.clone();
+        trailing.extend_from_slice(b"junk");
+        assert!(decode_columns(&Buffer::from_vec(trailing), &[0]).is_none());
     }
 }
