@@ -425,12 +425,8 @@ fn read_projected(
     let mut out = Vec::with_capacity(columns.indices.len());
     for &i in &columns.indices {
         out.push(match i {
-            0 => Arc::new(Int64Array::from_iter_values(
-                (0..n as i64).map(|r| m.base_offset as i64 + r),
-            )) as ArrayRef,
-            1 => {
-                Arc::new(TimestampMicrosecondArray::from_value(m.ts_micros, n).with_timezone("UTC"))
-            }
+            0 => offset_column(m.base_offset, n),
+            1 => ts_column(m.ts_micros, n),
             _ => {
                 // the frame holds the first `k` of the projected user columns (later ones
                 // were added to the stream after it was written)
@@ -479,13 +475,21 @@ pub fn with_system_columns(
     ts: i64,
 ) -> Result<RecordBatch, Error> {
     let n = user.num_rows();
-    let offsets: ArrayRef = Arc::new(Int64Array::from_iter_values(
-        (0..n as i64).map(|i| base as i64 + i),
-    ));
-    let tss: ArrayRef = Arc::new(TimestampMicrosecondArray::from_value(ts, n).with_timezone("UTC"));
-    let mut cols = vec![offsets, tss];
+    let mut cols = vec![offset_column(base, n), ts_column(ts, n)];
     cols.extend(stream.user_columns(user)?);
     Ok(RecordBatch::try_new(stream.full_schema.clone(), cols)?)
+}
+
+/// The `offset` column of a frame's `n` rows from `base`.
+fn offset_column(base: u64, n: usize) -> ArrayRef {
+    Arc::new(Int64Array::from_iter_values(
+        (0..n as i64).map(|i| base as i64 + i),
+    ))
+}
+
+/// The `ts` column of a frame's `n` rows, all committed at `ts`.
+fn ts_column(ts: i64, n: usize) -> ArrayRef {
+    Arc::new(TimestampMicrosecondArray::from_value(ts, n).with_timezone("UTC"))
 }
 
 /// Rows an INSERT planned by DataFusion produced, per statement. The
