@@ -173,43 +173,185 @@ pub fn decode_columns(
     columns: &[usize],
 ) -> Option<Result<RecordBatch, arrow::error::ArrowError>> {
     let bytes = payload.as_slice();
-    let mut at = 0usize;
-    let (schema_message, _) = next_message(bytes, &mut at)?;
-    let schema = arrow::ipc::convert::fb_to_schema(schema_message.header_as_schema()?);
-    let (mut nodes, mut buffers) = (0usize, 0usize);
-    for field in schema.fields() {
-        let (n, b) = layout_counts(field.data_type())?;
-        nodes += n;
-        buffers += b;
-    }
-    let (batch_message, body) = next_message(bytes, &mut at)?;
-    let batch = batch_message.header_as_record_batch()?;
-    if batch.nodes()?.len() != nodes || batch.buffers()?.len() != buffers {
-        return None;
-    }
+    let plain = Plain::parse(bytes)?;
+    let body_end = plain.body_start.checked_add(plain.body_len)?;
     // nothing may follow the batch but the end-of-stream marker
-    match &bytes[at.min(bytes.len())..] {
+    match bytes.get(body_end..)? {
         [] | [0, 0, 0, 0] | [255, 255, 255, 255, 0, 0, 0, 0] => {}
         _ => return None,
     }
-    let body_start = (body.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
-    let body = payload.slice_with_length(body_start, body.len());
-    let present: Vec<usize> = columns
-        .iter()
-        .copied()
-        .filter(|&i| i < schema.fields().len())
-        .collect();
-    let version = batch_message.version();
-    let dictionaries = std::collections::HashMap::new();
-    let decoded = arrow::ipc::reader::RecordBatchDecoder::try_new(
-        &body,
-        batch,
-        std::sync::Arc::new(schema),
-        &dictionaries,
-        &version,
-    )
-    .and_then(|d| d.with_projection(Some(&present)).read_record_batch());
-    Some(decoded)
+    let body = payload.slice_with_length(plain.body_start, plain.body_len);
+    Some(plain.decode(&body, columns))
+}
+
+/// A payload of the plain shape [`decode_columns`] reads, parsed from its metadata alone
+/// (the bytes before the batch body): one schema message, then one record batch message
+/// whose node and buffer counts are those its schema's columns take.
+struct Plain<'a> {
+    schema: arrow::datatypes::Schema,
+    batch: arrow::ipc::Message<'a>,
+    /// Where the batch body starts in the payload, and its length.
+    body_start: usize,
+    body_len: usize,
+    /// How many IPC buffers each column of the schema takes, in order.
+    buffers_per_column: Vec<usize>,
+}
+
+impl<'a> Plain<'a> {
+    fn parse(bytes: &'a [u8]) -> Option<Plain<'a>> {
+        let mut at = 0usize;
+        let (schema_message, _) = next_message(bytes, &mut at)?;
+        let schema = arrow::ipc::convert::fb_to_schema(schema_message.header_as_schema()?);
+        let mut nodes = 0usize;
+        let mut buffers_per_column = Vec::with_capacity(schema.fields().len());
+        for field in schema.fields() {
+            let (n, b) = layout_counts(field.data_type())?;
+            nodes += n;
+            buffers_per_column.push(b);
+        }
+        let (batch, body_start) = message_header(bytes, at)?;
+        let record_batch = batch.header_as_record_batch()?;
+        if record_batch.nodes()?.len() != nodes
+            || record_batch.buffers()?.len() != buffers_per_column.iter().sum::<usize>()
+        {
+            return None;
+        }
+        Some(Plain {
+            schema,
+            body_start,
+            body_len: usize::try_from(batch.bodyLength()).ok()?,
+            batch,
+            buffers_per_column,
+        })
+    }
+
+    /// Decodes `columns` (see [`decode_columns`]) from `body`, which holds the batch body
+    /// at least up to the end of the last of them.
+    fn decode(
+        self,
+        body: &Buffer,
+        columns: &[usize],
+    ) -> Result<RecordBatch, arrow::error::ArrowError> {
+        let present: Vec<usize> = columns
+            .iter()
+            .copied()
+            .filter(|&i| i < self.schema.fields().len())
+            .collect();
+        let batch = self
+            .batch
+            .header_as_record_batch()
+            .ok_or_else(|| arrow::error::ArrowError::IpcError("not a record batch".to_string()))?;
+        let version = self.batch.version();
+        let dictionaries = std::collections::HashMap::new();
+        arrow::ipc::reader::RecordBatchDecoder::try_new(
+            body,
+            batch,
+            std::sync::Arc::new(self.schema),
+            &dictionaries,
+            &version,
+        )
+        .and_then(|d| d.with_projection(Some(&present)).read_record_batch())
+    }
+}
+
+/// Where each piece of a frame of the plain shape (see [`decode_columns`]) lies, with the
+/// checksum of each piece, so that a read of some columns reads and verifies only the bytes
+/// it uses: the head (frame header, schema message, batch metadata), then each column's
+/// range of the batch body, back to back (a column's range holds all its buffers and the
+/// padding before the next column's). Built from bytes already verified whole (when the
+/// frame is appended or recovered) and kept in memory: nothing on disk depends on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parts {
+    frame_len: u32,
+    head_end: u32,
+    head_crc: u32,
+    /// (end, crc) of each column's range, frame-relative; column `i` starts where column
+    /// `i - 1` ends, column 0 at `head_end`; the last ends with the batch body.
+    columns: Box<[(u32, u32)]>,
+}
+
+impl Parts {
+    /// The parts of the frame `header ‖ payload`; `None` unless the payload has the plain
+    /// shape and every buffer of column `i` lies inside column `i`'s range (so reading a
+    /// column's range reads all the bytes decoding it touches).
+    pub fn of(header: &[u8; HEADER_LEN], payload: &[u8]) -> Option<Parts> {
+        let plain = Plain::parse(payload)?;
+        let body = payload.get(plain.body_start..plain.body_start.checked_add(plain.body_len)?)?;
+        let record_batch = plain.batch.header_as_record_batch()?;
+        let mut buffers = record_batch.buffers()?.iter();
+        let mut bounds = Vec::with_capacity(plain.buffers_per_column.len());
+        let mut start = 0usize;
+        for &count in &plain.buffers_per_column {
+            let mut end = start;
+            for buffer in buffers.by_ref().take(count) {
+                let offset = usize::try_from(buffer.offset()).ok()?;
+                let buffer_end = offset.checked_add(usize::try_from(buffer.length()).ok()?)?;
+                if offset < start || buffer_end > body.len() {
+                    return None;
+                }
+                end = end.max(buffer_end);
+            }
+            bounds.push((start, end));
+            start = end;
+        }
+        if let Some(last) = bounds.last_mut() {
+            last.1 = body.len();
+        }
+        let head_end = HEADER_LEN + plain.body_start;
+        let head_crc =
+            crc32c::crc32c_append(crc32c::crc32c(header), payload.get(..plain.body_start)?);
+        let columns = bounds
+            .iter()
+            .map(|&(from, to)| {
+                let end = u32::try_from(head_end + to).ok()?;
+                Some((end, crc32c::crc32c(&body[from..to])))
+            })
+            .collect::<Option<Box<[_]>>>()?;
+        Some(Parts {
+            frame_len: u32::try_from(HEADER_LEN + payload.len()).ok()?,
+            head_end: u32::try_from(head_end).ok()?,
+            head_crc,
+            columns,
+        })
+    }
+
+    /// Length of the frame these are the parts of.
+    pub fn frame_len(&self) -> u32 {
+        self.frame_len
+    }
+
+    /// Bytes these parts take in memory.
+    pub fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<Parts>() + std::mem::size_of_val(&*self.columns)
+    }
+
+    /// The head's range in the frame and its checksum.
+    pub fn head(&self) -> (std::ops::Range<usize>, u32) {
+        (0..self.head_end as usize, self.head_crc)
+    }
+
+    /// The frame range and checksum of column `i`, if the frame has it.
+    pub fn column(&self, i: usize) -> Option<(std::ops::Range<usize>, u32)> {
+        let &(end, crc) = self.columns.get(i)?;
+        let start = match i {
+            0 => self.head_end,
+            _ => self.columns[i - 1].0,
+        };
+        Some((start as usize..end as usize, crc))
+    }
+}
+
+/// Decodes `columns` of a frame of the plain shape from its head (the frame header, then
+/// the payload up to the batch body) and `body`, the batch body up to at least the end of
+/// the last of those columns — e.g. read piece by piece from [`Parts`], the bytes of the
+/// other columns left zero. `None` when the head is not of the plain shape.
+pub fn decode_columns_split(
+    head: &[u8],
+    body: &Buffer,
+    columns: &[usize],
+) -> Option<Result<RecordBatch, arrow::error::ArrowError>> {
+    let plain = Plain::parse(head.get(HEADER_LEN..)?)?;
+    Some(plain.decode(body, columns))
 }
 
 /// How many IPC field nodes and buffers a column of type `t` takes (as Arrow's reader
@@ -247,11 +389,22 @@ fn next_message<'a>(
     bytes: &'a [u8],
     at: &mut usize,
 ) -> Option<(arrow::ipc::Message<'a>, &'a [u8])> {
+    let (message, body_start) = message_header(bytes, *at)?;
+    let body_len = usize::try_from(message.bodyLength()).ok()?;
+    let body = bytes.get(body_start..body_start.checked_add(body_len)?)?;
+    *at = body_start + body_len;
+    Some((message, body))
+}
+
+/// The header of the encapsulated IPC message at `at` and where its body starts; the body
+/// itself need not be in `bytes`. `None` at the end-of-stream marker, the end of the bytes,
+/// or anything malformed.
+fn message_header(bytes: &[u8], at: usize) -> Option<(arrow::ipc::Message<'_>, usize)> {
     let word = |i: usize| -> Option<u32> {
-        let b = bytes.get(i..i + 4)?;
+        let b = bytes.get(i..i.checked_add(4)?)?;
         Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     };
-    let mut start = *at;
+    let mut start = at;
     if word(start)? == u32::MAX {
         start += 4;
     }
@@ -261,11 +414,7 @@ fn next_message<'a>(
     }
     let meta = bytes.get(start + 4..(start + 4).checked_add(meta_len)?)?;
     let message = arrow::ipc::root_as_message(meta).ok()?;
-    let body_len = usize::try_from(message.bodyLength()).ok()?;
-    let body_start = start + 4 + meta_len;
-    let body = bytes.get(body_start..body_start.checked_add(body_len)?)?;
-    *at = body_start + body_len;
-    Some((message, body))
+    Some((message, start + 4 + meta_len))
 }
 
 #[cfg(test)]
@@ -453,5 +602,175 @@ mod tests {
         let mut trailing = honest.clone();
         trailing.extend_from_slice(b"junk");
         assert!(decode_columns(&Buffer::from_vec(trailing), &[0]).is_none());
+    }
+
+    /// A batch of every column type Sluice stores, `n` rows with nulls, as IPC stream bytes
+    /// (optionally with buffer compression).
+    fn every_type(
+        n: usize,
+        compression: Option<arrow::ipc::CompressionType>,
+    ) -> (RecordBatch, Vec<u8>) {
+        use std::sync::Arc;
+
+        use arrow::array::{
+            ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array,
+            FixedSizeBinaryArray, Float64Array, Int16Array, Int32Array, Int64Array,
+            IntervalMonthDayNanoArray, ListBuilder, StringArray, StringBuilder,
+            Time64MicrosecondArray, TimestampMicrosecondArray,
+        };
+        use arrow::datatypes::IntervalMonthDayNano;
+        use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
+
+        let some = |i: usize| i % 7 != 3;
+        let mut tags = ListBuilder::new(StringBuilder::new());
+        for i in 0..n {
+            if some(i) {
+                for j in 0..i % 3 {
+                    tags.values().append_value(format!("t{i}.{j}"));
+                }
+                tags.append(true);
+            } else {
+                tags.append(false);
+            }
+        }
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter(
+                (0..n).map(|i| some(i).then_some(i as i64)),
+            )),
+            Arc::new(StringArray::from_iter(
+                (0..n).map(|i| some(i).then(|| format!("customer {}", i % 11))),
+            )),
+            Arc::new(BooleanArray::from_iter(
+                (0..n).map(|i| some(i).then_some(i % 2 == 0)),
+            )),
+            Arc::new(
+                Decimal128Array::from_iter((0..n).map(|i| some(i).then_some(i as i128 * 125)))
+                    .with_precision_and_scale(12, 2)
+                    .expect("decimal"),
+            ),
+            Arc::new(tags.finish()),
+            Arc::new(
+                FixedSizeBinaryArray::try_from_sparse_iter_with_size(
+                    (0..n).map(|i| some(i).then_some([i as u8; 16])),
+                    16,
+                )
+                .expect("uuid"),
+            ),
+            Arc::new(
+                TimestampMicrosecondArray::from_iter((0..n).map(|i| some(i).then_some(i as i64)))
+                    .with_timezone("UTC"),
+            ),
+            Arc::new(Int16Array::from_iter(
+                (0..n).map(|i| some(i).then_some(i as i16)),
+            )),
+            Arc::new(Int32Array::from_iter(
+                (0..n).map(|i| some(i).then_some(i as i32)),
+            )),
+            Arc::new(Float64Array::from_iter(
+                (0..n).map(|i| some(i).then_some(i as f64 / 3.0)),
+            )),
+            Arc::new(Date32Array::from_iter(
+                (0..n).map(|i| some(i).then_some(i as i32)),
+            )),
+            Arc::new(Time64MicrosecondArray::from_iter(
+                (0..n).map(|i| some(i).then_some(i as i64)),
+            )),
+            Arc::new(IntervalMonthDayNanoArray::from_iter((0..n).map(|i| {
+                some(i).then(|| IntervalMonthDayNano::new(1, i as i32, 5))
+            }))),
+            Arc::new(BinaryArray::from_iter(
+                (0..n).map(|i| some(i).then(|| vec![i as u8; i % 5])),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                (0..n).map(|i| "x".repeat(i % 50)),
+            )),
+        ];
+        let fields: Vec<_> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                arrow::datatypes::Field::new(format!("c{i}"), c.data_type().clone(), true)
+            })
+            .collect();
+        let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+        let batch = RecordBatch::try_new(schema.clone(), columns).expect("batch");
+        let options = IpcWriteOptions::default()
+            .try_with_compression(compression)
+            .expect("arrow");
+        let mut writer =
+            StreamWriter::try_new_with_options(Vec::new(), &schema, options).expect("writer");
+        writer.write(&batch).expect("write");
+        writer.finish().expect("finish");
+        (batch, writer.into_inner().expect("bytes"))
+    }
+
+    /// A read of some columns needs only the head and those columns' ranges: decoded from
+    /// them with every other byte of the body zeroed (and the body cut after the last
+    /// column asked for), each column of every type equals the whole decode's, compressed or
+    /// not. If Arrow touched a byte outside the ranges, zeroes would show up as wrong values
+    /// or errors.
+    #[test]
+    fn columns_decode_from_their_own_ranges() {
+        use arrow::ipc::CompressionType;
+
+        for compression in [
+            None,
+            Some(CompressionType::LZ4_FRAME),
+            Some(CompressionType::ZSTD),
+        ] {
+            let (batch, payload) = every_type(300, compression);
+            let header = encode_header(9, 300, 1, &payload).expect("fits");
+            let parts = Parts::of(&header, &payload).expect("plain shape");
+            let mut frame = header.to_vec();
+            frame.extend_from_slice(&payload);
+            assert_eq!(parts.frame_len() as usize, frame.len());
+            let (head, head_crc) = parts.head();
+            assert_eq!(crc32c::crc32c(&frame[head.clone()]), head_crc);
+            // the ranges partition the body
+            let mut at = head.end;
+            for i in 0..batch.num_columns() {
+                let (range, crc) = parts.column(i).expect("column");
+                assert_eq!(range.start, at, "column {i}");
+                assert_eq!(crc32c::crc32c(&frame[range.clone()]), crc, "column {i}");
+                at = range.end;
+            }
+            assert!(parts.column(batch.num_columns()).is_none());
+            let n = batch.num_columns();
+            let mut sets: Vec<Vec<usize>> = (0..n).map(|i| vec![i]).collect();
+            sets.extend([vec![], vec![0, n - 1], vec![1, 4, 12], (0..n).collect()]);
+            for columns in sets {
+                let end = columns
+                    .iter()
+                    .map(|&i| parts.column(i).expect("column").0.end)
+                    .max()
+                    .unwrap_or(head.end);
+                let mut body = vec![0u8; end - head.end];
+                for &i in &columns {
+                    let (range, _) = parts.column(i).expect("column");
+                    body[range.start - head.end..range.end - head.end]
+                        .copy_from_slice(&frame[range]);
+                }
+                let decoded =
+                    decode_columns_split(&frame[head.clone()], &Buffer::from_vec(body), &columns)
+                        .expect("plain shape")
+                        .expect("decodes");
+                assert_eq!(
+                    decoded,
+                    batch.project(&columns).expect("project"),
+                    "{columns:?} {compression:?}"
+                );
+            }
+        }
+    }
+
+    /// Parts are refused for payloads of another shape: those are read whole.
+    #[test]
+    fn parts_only_for_the_plain_shape() {
+        let (_, payload) = every_type(10, None);
+        let header = encode_header(0, 10, 0, &payload).expect("fits");
+        assert!(Parts::of(&header, &payload).is_some());
+        assert!(Parts::of(&header, &payload[..payload.len() - 100]).is_none());
+        assert!(Parts::of(&header, b"not arrow").is_none());
+        assert!(Parts::of(&header, &[]).is_none());
     }
 }

@@ -10,6 +10,7 @@
 //! All file I/O is positional, so readers and the writer share one `File`
 //! without contending on a cursor.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read};
 use std::os::unix::fs::FileExt;
@@ -22,12 +23,18 @@ use arrow::record_batch::RecordBatch;
 use tracing::{info, warn};
 
 use crate::error::{Error, Result};
-use crate::frame::{self, HEADER_LEN};
+use crate::frame::{self, Parts, HEADER_LEN};
 
 const FILE_SUFFIX: &str = ".seg";
 const RECOVERY_READ_BUFFER: usize = 1 << 20;
 /// Frames with a payload up to this size are written with one system call.
 const SMALL_FRAME: usize = 16 << 10;
+/// Frames at least this long keep their [`Parts`] in memory, so a read of some of their
+/// columns reads only those; shorter ones are read whole (one system call beats several).
+pub const PARTS_MIN_FRAME: usize = 64 << 10;
+/// A frame's parts are kept only while they take at most this fraction of the frame's
+/// length in memory (a very wide, short frame is read whole instead).
+const PARTS_MAX_SHARE: usize = 256;
 
 /// The file name of the segment whose first offset is `base`.
 pub fn file_name(base: u64) -> String {
@@ -106,12 +113,18 @@ impl SegmentFile {
     /// frame holding `base_offset` and that its checksum holds, and decodes its
     /// record batch: every column, or with `columns` only those (see
     /// [`frame::decode_columns`]; a column the frame predates is left out).
+    ///
+    /// With the frame's `parts` (see [`Parts`]), a read of columns that take at most half
+    /// of the frame reads only the frame's head and those columns' ranges, each verified
+    /// against its own checksum; the frame checksum is then not read. Without them, or for
+    /// more columns, the whole frame is read and verified.
     pub fn read_batch(
         &self,
         position: u64,
         len: u32,
         base_offset: u64,
         columns: Option<&[usize]>,
+        parts: Option<&Parts>,
     ) -> Result<RecordBatch> {
         let corrupt = |detail: String| Error::corrupt(&self.path, position, detail);
         let len = len as usize;
@@ -127,6 +140,13 @@ impl SegmentFile {
             return Err(corrupt(format!(
                 "frame of {len} bytes runs past the end of the {file_len}-byte file"
             )));
+        }
+        if let (Some(columns), Some(parts)) = (columns, parts) {
+            if parts.frame_len() as usize == len {
+                if let Some(batch) = self.read_parts(position, base_offset, columns, parts)? {
+                    return Ok(batch);
+                }
+            }
         }
         let mut buf = vec![0u8; len];
         self.file
@@ -153,6 +173,61 @@ impl SegmentFile {
         };
         self.check_rows(&batch, &header, position)?;
         Ok(batch)
+    }
+
+    /// The batch of `columns` read from the frame's head and those columns' ranges only,
+    /// each piece verified against its checksum in `parts`; the body is zero where other
+    /// columns lie and ends with the last column asked for. `None` when a sparse read does
+    /// not pay (the columns take more than half the frame) or the head does not decode as
+    /// the plain shape `parts` were built from: the caller reads the frame whole.
+    fn read_parts(
+        &self,
+        position: u64,
+        base_offset: u64,
+        columns: &[usize],
+        parts: &Parts,
+    ) -> Result<Option<RecordBatch>> {
+        let (head_range, head_crc) = parts.head();
+        let pieces: Vec<_> = columns.iter().filter_map(|&i| parts.column(i)).collect();
+        let wanted = head_range.len() + pieces.iter().map(|(r, _)| r.len()).sum::<usize>();
+        if wanted.saturating_mul(2) > parts.frame_len() as usize {
+            return Ok(None);
+        }
+        let read_piece = |buf: &mut [u8], at: usize, crc: u32| -> Result<()> {
+            self.file
+                .read_exact_at(buf, position + at as u64)
+                .map_err(Error::io(&self.path))?;
+            if crc32c::crc32c(buf) != crc {
+                return Err(Error::corrupt(
+                    &self.path,
+                    position,
+                    format!("checksum mismatch in frame bytes {at}..{}", at + buf.len()),
+                ));
+            }
+            Ok(())
+        };
+        let mut head = vec![0u8; head_range.len()];
+        read_piece(&mut head, 0, head_crc)?;
+        let header = self.check_header(&head, position, parts.frame_len() as usize, base_offset)?;
+        let body_end = pieces
+            .iter()
+            .map(|(r, _)| r.end)
+            .max()
+            .unwrap_or(head_range.end);
+        let mut body = vec![0u8; body_end - head_range.end];
+        for (range, crc) in &pieces {
+            let within = range.start - head_range.end..range.end - head_range.end;
+            read_piece(&mut body[within], range.start, *crc)?;
+        }
+        let body = Buffer::from_vec(body);
+        match frame::decode_columns_split(&head, &body, columns) {
+            Some(decoded) => {
+                let batch = decoded?;
+                self.check_rows(&batch, &header, position)?;
+                Ok(Some(batch))
+            }
+            None => Ok(None),
+        }
     }
 
     /// The header at the start of `frame`, checked against the index's `len` and
@@ -220,6 +295,16 @@ fn decode_whole(mut ipc: Buffer, path: &Path, position: u64) -> Result<RecordBat
     Ok(batch)
 }
 
+/// The [`Parts`] of the frame `header ‖ payload` (bytes just written or verified) if it is
+/// long enough for a partial read to pay and they take little memory beside it.
+pub fn parts_worth_keeping(header: &[u8; HEADER_LEN], payload: &[u8]) -> Option<Parts> {
+    let frame_len = HEADER_LEN + payload.len();
+    if frame_len < PARTS_MIN_FRAME {
+        return None;
+    }
+    frame::Parts::of(header, payload).filter(|p| p.heap_bytes() * PARTS_MAX_SHARE <= frame_len)
+}
+
 /// Index entry for one frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameEntry {
@@ -256,6 +341,8 @@ pub struct Segment {
     logical_bytes: u64,
     min_ts_micros: Option<i64>,
     max_ts_micros: Option<i64>,
+    /// The parts of the frames that keep them (see [`Segment::push`]), by position.
+    parts: HashMap<u64, Arc<Parts>>,
 }
 
 impl Segment {
@@ -268,6 +355,7 @@ impl Segment {
             logical_bytes: 0,
             min_ts_micros: None,
             max_ts_micros: None,
+            parts: HashMap::new(),
         }
     }
 
@@ -356,6 +444,7 @@ impl Segment {
                     rows: header.rows,
                     ts_micros: header.ts_micros,
                 },
+                parts_worth_keeping(&header_bytes, &payload),
             );
         }
         Ok(segment)
@@ -378,8 +467,12 @@ impl Segment {
     }
 
     /// Adds the frame just written at the end of the segment; uncompressed it would take
-    /// `logical` bytes (header included, see [`frame::logical_len`]).
-    pub fn push(&mut self, logical: u64, entry: FrameEntry) {
+    /// `logical` bytes (header included, see [`frame::logical_len`]). `parts` are the
+    /// frame's, from [`parts_worth_keeping`] over its verified bytes.
+    pub fn push(&mut self, logical: u64, entry: FrameEntry, parts: Option<Parts>) {
+        if let Some(parts) = parts {
+            self.parts.insert(entry.position, Arc::new(parts));
+        }
         self.logical_bytes += logical;
         self.bytes = entry.position + u64::from(entry.len);
         self.min_ts_micros = Some(
@@ -403,6 +496,11 @@ impl Segment {
 
     pub fn frames(&self) -> &[FrameEntry] {
         &self.frames
+    }
+
+    /// The parts kept for the frame at `position`, if any.
+    pub fn parts(&self, position: u64) -> Option<Arc<Parts>> {
+        self.parts.get(&position).cloned()
     }
 
     /// The frames holding any offset in `[from, to)`, in offset order.
@@ -527,7 +625,7 @@ mod tests {
         let entry = segment.frames()[0];
         let err = segment
             .file()
-            .read_batch(entry.position, entry.len, 7, None)
+            .read_batch(entry.position, entry.len, 7, None, None)
             .expect_err("wrong offset");
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     }

@@ -342,6 +342,7 @@ impl StreamLog {
         w.active_unsynced = true;
 
         let logical = HEADER_LEN as u64 + frame::logical_len(ipc);
+        let parts = segment::parts_worth_keeping(&header, ipc);
         let mut index = self.index.write();
         index.active.push(
             logical,
@@ -352,6 +353,7 @@ impl StreamLog {
                 rows,
                 ts_micros,
             },
+            parts,
         );
         index.next_offset = base_offset + u64::from(rows);
         index.last_ts_micros = Some(ts_micros);
@@ -517,12 +519,16 @@ impl StreamLog {
     /// [`StreamLog::read`] decoding only `columns` (ascending indices of the batch's
     /// columns) when given: the others are neither decompressed nor validated, and a column
     /// the batch predates is left out (the result holds the given columns the batch has, in
-    /// order).
+    /// order). Of a large frame, only the bytes of those columns are read (each range
+    /// verified by its own checksum), when they are at most half of it.
     pub fn read_columns(&self, meta: &BatchMeta, columns: Option<&[usize]>) -> Result<RecordBatch> {
-        let file = {
+        let (file, parts) = {
             let index = self.index.read();
             match index.segment(meta.segment_base) {
-                Some(segment) => Arc::clone(segment.file()),
+                Some(segment) => (
+                    Arc::clone(segment.file()),
+                    columns.and_then(|_| segment.parts(meta.position)),
+                ),
                 None => {
                     return Err(Error::OffsetTruncated {
                         requested: meta.base_offset,
@@ -531,7 +537,13 @@ impl StreamLog {
                 }
             }
         };
-        file.read_batch(meta.position, meta.len, meta.base_offset, columns)
+        file.read_batch(
+            meta.position,
+            meta.len,
+            meta.base_offset,
+            columns,
+            parts.as_deref(),
+        )
     }
 
     /// Logical prefix truncation: `first_offset = max(first_offset, before)`,

@@ -29,19 +29,31 @@ use harness::*;
 // ---------------------------------------------------------------------------------------------
 // Valid logs to damage.
 
-/// IPC bytes of one batch whose `offset` column holds `base..base + rows`.
+/// Frames of at least this many rows get a wide third column, so they are long enough to
+/// keep their parts (`segment::PARTS_MIN_FRAME`) and be read column by column.
+const WIDE_ROWS: u32 = 1_000;
+
+/// IPC bytes of one batch whose `offset` column holds `base..base + rows`, then `msg`, then
+/// (in frames of [`WIDE_ROWS`] or more) 60 bytes of `pad` per row.
 fn ipc(base: u64, rows: u32) -> Vec<u8> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("offset", DataType::UInt64, false),
         Field::new("msg", DataType::Utf8, false),
+        Field::new("pad", DataType::Utf8, false),
     ]));
     let offsets: Vec<u64> = (base..base + u64::from(rows)).collect();
     let msgs: Vec<String> = offsets.iter().map(|o| format!("row {o}")).collect();
+    let pad = if rows >= WIDE_ROWS {
+        "p".repeat(60)
+    } else {
+        String::new()
+    };
     let batch = RecordBatch::try_new(
         schema.clone(),
         vec![
             Arc::new(UInt64Array::from(offsets)),
             Arc::new(StringArray::from(msgs)),
+            Arc::new(StringArray::from(vec![pad; rows as usize])),
         ],
     )
     .expect("batch");
@@ -124,6 +136,8 @@ fn templates() -> &'static [Template] {
             template(700, &[2, 4, 1, 3, 2, 6], None, &[1, 2, 3]),
             // Prefix truncation deleted the first segments.
             template(500, &[1, 2, 3, 4, 5, 6, 7], Some(9), &[]),
+            // Large frames, read column by column; one unsynced.
+            template(1 << 20, &[1_000, 3, 1_200], None, &[1_500]),
         ]
     })
 }
@@ -288,19 +302,39 @@ fn write_files(dir: &Path, files: &[(String, Vec<u8>)]) {
 
 /// Checks that `batch` holds exactly the rows `ipc(base, rows)` wrote.
 fn check_rows(batch: &RecordBatch, base: u64, rows: u32) -> Result<(), TestCaseError> {
+    check_columns(batch, &[0, 1, 2], base, rows)
+}
+
+/// Checks that `batch` holds exactly the `columns` of the rows `ipc(base, rows)` wrote.
+fn check_columns(
+    batch: &RecordBatch,
+    columns: &[usize],
+    base: u64,
+    rows: u32,
+) -> Result<(), TestCaseError> {
     prop_assert_eq!(batch.num_rows(), rows as usize);
-    let offsets = batch.column(0).as_any().downcast_ref::<UInt64Array>();
-    let msgs = batch.column(1).as_any().downcast_ref::<StringArray>();
-    let (Some(offsets), Some(msgs)) = (offsets, msgs) else {
-        return Err(TestCaseError::fail("batch has the wrong column types"));
-    };
-    for i in 0..batch.num_rows() {
-        let expected = base + i as u64;
-        prop_assert_eq!(offsets.value(i), expected);
-        prop_assert_eq!(msgs.value(i), format!("row {expected}"));
+    prop_assert_eq!(batch.num_columns(), columns.len());
+    for (at, &column) in columns.iter().enumerate() {
+        let array = batch.column(at).as_any();
+        for i in 0..batch.num_rows() {
+            let expected = base + i as u64;
+            match (
+                column,
+                array.downcast_ref::<UInt64Array>(),
+                array.downcast_ref::<StringArray>(),
+            ) {
+                (0, Some(offsets), _) => prop_assert_eq!(offsets.value(i), expected),
+                (1, _, Some(msgs)) => prop_assert_eq!(msgs.value(i), format!("row {expected}")),
+                (2, _, Some(pad)) => prop_assert!(pad.value(i).bytes().all(|b| b == b'p')),
+                _ => return Err(TestCaseError::fail("batch has the wrong column types")),
+            }
+        }
     }
     Ok(())
 }
+
+/// The column sets reads ask for: none (count), each alone, the small ones, all.
+const COLUMN_SETS: [&[usize]; 6] = [&[], &[0], &[1], &[2], &[0, 1], &[0, 1, 2]];
 
 /// Reads everything `log` indexes and checks it is rows that were written, gapless and in
 /// order, each frame one that was appended.
@@ -424,6 +458,12 @@ fn fuzz_stream_log_read_after_damage() {
                         if let Ok(batch) = log.read(&meta) {
                             check_rows(&batch, meta.base_offset, meta.rows)?;
                         }
+                        // by column: large frames read only those columns' bytes
+                        for columns in COLUMN_SETS {
+                            if let Ok(batch) = log.read_columns(&meta, Some(columns)) {
+                                check_columns(&batch, columns, meta.base_offset, meta.rows)?;
+                            }
+                        }
                     }
                     Ok(())
                 })
@@ -472,17 +512,33 @@ fn fuzz_segment_recover_and_read_batch() {
                     };
                     prop_assert!(segment.bytes() <= bytes.len() as u64);
                     for f in segment.frames() {
-                        // whole, and (verified by recovery, so sparsely when large) by column
+                        // whole, and by column (from the frame's parts when it keeps them)
+                        let parts = segment.parts(f.position);
                         for columns in [None, Some(&[0usize][..]), Some(&[][..])] {
                             segment
                                 .file()
-                                .read_batch(f.position, f.len, f.base_offset, columns)
+                                .read_batch(
+                                    f.position,
+                                    f.len,
+                                    f.base_offset,
+                                    columns,
+                                    parts.as_deref(),
+                                )
                                 .map_err(|e| TestCaseError::fail(format!("indexed frame: {e}")))?;
                         }
                     }
+                    let parts: Vec<_> = segment
+                        .frames()
+                        .iter()
+                        .filter_map(|f| segment.parts(f.position))
+                        .collect();
                     for (i, (position, len, base)) in reads.into_iter().enumerate() {
                         let columns = (i % 2 == 1).then_some(&[0usize, 1][..]);
-                        let _ = segment.file().read_batch(position, len, base, columns);
+                        // parts of another frame, or none
+                        let parts = parts.get(i % 3).map(|p| &**p);
+                        let _ = segment
+                            .file()
+                            .read_batch(position, len, base, columns, parts);
                     }
                     Ok(())
                 })
