@@ -80,7 +80,10 @@ EXPECTED_SIZES = [256, 1024, 5120, 1048576]
 EXPECTED_TAILS = [1, 4, 16]
 INGEST_METHODS = ["multi-row INSERT", "COPY FROM"]
 # pgbench scripts run by bench/run.sh, in the order of the tables
-PGBENCH_SCRIPTS = ["literal", "expression", "parameter"]
+PGBENCH_SCRIPTS = ["literal", "expression", "parameter", "literal+hog"]
+# issue 25's CPU-contention point: the literal script at 64 connections with a
+# busy loop taking one core; Sluice ÷ PG must stay within this fraction of the quiet ratio
+HOG_SCRIPT, HOG_CONNECTIONS, HOG_TOLERANCE = "literal+hog", 64, 0.20
 # issue 25's pgbench targets: script, connections, median Sluice ÷ PG at least, as written
 PGBENCH_TARGETS = [
     ("literal", 1, 1.0, "≥ 1.0x"),
@@ -107,7 +110,7 @@ class Run:
 
     KNOWN = {
         "machine", "sweep", "latency", "tail_latency", "stalled_tail",
-        "ingest", "load", "scan", "aggregate", "disk", "cat", "pgbench",
+        "ingest", "load", "scan", "aggregate", "disk", "cat", "pgbench", "wide_history",
         "compression", "compression_cat",
     }
 
@@ -892,6 +895,20 @@ def rows_pgbench(run: Run) -> list[Row]:
     return out
 
 
+def rows_cpu_hog(run: Run) -> list[Row]:
+    """Acceptance 5: under a CPU hog on one core, Sluice's ratio to PostgreSQL
+    (pgbench literal, 64 connections) drops by at most HOG_TOLERANCE of the quiet ratio."""
+    points = pgbench_points(run)
+    quiet, hog = points.get(("literal", HOG_CONNECTIONS)), points.get((HOG_SCRIPT, HOG_CONNECTIONS))
+    rq = quiet.median_ratio() if quiet else None
+    rh = hog.median_ratio() if hog else None
+    change = f"{fmt_ratio(rh)} vs {fmt_ratio(rq)} quiet" + (f" ({(rh / rq - 1) * 100:+.0f}%)" if rh and rq else "")
+    ok = None if rh is None or rq is None else rh >= (1 - HOG_TOLERANCE) * rq
+    return [Row(f"pgbench literal, {HOG_CONNECTIONS} connections, a CPU hog on one core",
+                pgbench_tps_text(hog, "sluice"), pgbench_tps_text(hog, "postgres"), change,
+                f"ratio ≥ {fmt_pct(1 - HOG_TOLERANCE)} of the quiet one", met(ok))]
+
+
 def pgbench_tps_text(p: PgbenchPoint | None, target: str) -> str:
     if p is None:
         return NOT_MEASURED
@@ -942,6 +959,30 @@ def rows_aggregate(run: Run) -> list[Row]:
 
     return [Row(f"aggregate: GROUP BY customer{what}", or_missing(s, text), or_missing(p, text),
                 fmt_ratio(r, " faster"), "≥ 5x", met(at_least(r, 5.0)))]
+
+
+# issue 25's wide-history point (bench/wide_history.sh): query, what it is, and
+# PostgreSQL's seconds ÷ Sluice's at least (None: measured, no target)
+WIDE_QUERIES = [
+    ("load", "load, 20 psql `\\copy`", 2.0),
+    ("copy", "`COPY (SELECT * FROM h) TO STDOUT`", None),
+    ("group", "GROUP BY customer, count(*), sum(amount)", 5.0),
+    ("filter", "count(*) WHERE customer = 'c7'", 2.0),
+]
+
+
+def rows_wide(run: Run) -> list[Row]:
+    out = []
+    for query, what, bound in WIDE_QUERIES:
+        r = run.one("wide_history", query=query)
+        shape = f" ({fmt_int(r.get('rows'))} rows of ~1 KiB, psql)" if r else ""
+        s, p = (r.get("sluice_seconds"), r.get("postgres_seconds")) if r else (None, None)
+        x = ratio(p, s)
+        rss_text = f"; RSS {fmt_int(r.get('sluice_rss_mib'))} MiB" if r and query == "load" else ""
+        out.append(Row(f"wide history{shape}: {what}", fmt_secs(s) + rss_text, fmt_secs(p),
+                       fmt_ratio(x, " faster"), f"≥ {bound:g}x" if bound else DASH,
+                       met(at_least(x, bound)) if bound else DASH))
+    return out
 
 
 def rows_latency(run: Run) -> list[Row]:
@@ -1032,10 +1073,12 @@ SUMMARY_SECTIONS: list[tuple[str, Callable[[Run], list[Row]]]] = [
     ("single-row INSERT 1 KiB, 64 connections", rows_insert_64),
     ("group commit", rows_group_commit),
     ("pgbench", rows_pgbench),
+    ("CPU contention", rows_cpu_hog),
     ("bulk ingest", rows_ingest),
     ("history scan", rows_scan),
     ("compressed history scan", rows_compression),
     ("aggregate", rows_aggregate),
+    ("wide history", rows_wide),
     ("append latency", rows_latency),
     # listed without a target
     ("message sizes", rows_sizes),

@@ -16,6 +16,15 @@
 # sluice-bench's own client is not what limits PostgreSQL. That section
 # needs PostgreSQL and pgbench, and is skipped without them.
 #
+# A CPU-contention point runs the literal script at 64 connections again
+# with a busy loop taking one core, for both systems (issue 25).
+#
+# The wide-history point (issue 25, bench/wide_history.sh) loads rows of
+# (customer, amount, ~1 KiB payload) with 20 psql `\copy` into Sluice and
+# into a second PostgreSQL (shared_buffers = 2GB), then times COPY TO, a
+# GROUP BY over the two small columns and an equality filter through psql
+# (1M rows, about 1 GB; 200k with --quick).
+#
 # The compression point (issue 23) loads the same ~1 KiB event rows into a
 # fresh Sluice once per `compression` setting (none, lz4, zstd) and reads
 # them back (COPY TO, GROUP BY) beside the same rows in one PostgreSQL
@@ -31,12 +40,12 @@ quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 if [ $quick = 1 ]; then
   secs=2; lat_secs=4; scan_rows=262144; agg_rows=1000000; seq_bytes=$((256 << 20))
-  comp_rows=131072; comp_timeout=240
+  comp_rows=131072; comp_timeout=240; wide_rows=200000
   sweep="1,4,16,64,128"; one_runs=3; one_secs=1
   pgb_conns="1 64"; pgb_runs=1; pgb_secs=2
 else
   secs=5; lat_secs=10; scan_rows=1100000; agg_rows=5000000; seq_bytes=$((1 << 30))
-  comp_rows=$scan_rows; comp_timeout=900
+  comp_rows=$scan_rows; comp_timeout=900; wide_rows=1000000
   sweep="1,2,4,8,16,32,64,128"; one_runs=5; one_secs=3
   pgb_conns="1 8 64 128"; pgb_runs=3; pgb_secs=6
 fi
@@ -210,6 +219,19 @@ else
       done
     done
   done
+  # CPU contention (issue 25, acceptance 5): the literal script at 64
+  # connections again while a busy loop takes one core's worth of CPU, the
+  # same for both systems; report.py compares the ratio with the quiet one
+  cp "$work/pgbench-literal.sql" "$work/pgbench-literal+hog.sql"
+  for k in $(seq 1 "$pgb_runs"); do
+    bash -c 'while :; do :; done' &
+    hog=$!
+    echo $hog > "$work/hog.pid"
+    pgbench_run sluice literal+hog 64 "$k" "$sl"
+    pgbench_run postgres literal+hog 64 "$k" "$pg"
+    kill $hog; wait $hog 2>/dev/null || true
+    rm -f "$work/hog.pid"
+  done
   stop_sluice
 fi
 
@@ -292,6 +314,12 @@ for setting in none lz4 zstd; do
     fi
   fi
 done
+
+echo "== wide history: $wide_rows rows of ~1 KiB through psql (bench/wide_history.sh)" >&2
+if [ -n "$pg" ] && [ -x "$psql" ]; then
+  bash bench/wide_history.sh --rows "$wide_rows" --sluice "$sluice" --json "$json" \
+    || echo "wide history point failed (status $?)" >&2
+fi
 
 "$venv/bin/python" bench/report.py "$json" $([ $quick = 1 ] && echo --quick) >&2
 echo "results: ${json%.jsonl}.md, bench/README.md" >&2

@@ -419,6 +419,14 @@ impl Engine {
                     .map(|s| s.frames_read.load(Ordering::Relaxed) as i64)
                     .sum(),
             ),
+            (
+                "segment_bytes_read",
+                self.catalog
+                    .list()
+                    .iter()
+                    .map(|s| s.log.bytes_read() as i64)
+                    .sum(),
+            ),
         ]
     }
 

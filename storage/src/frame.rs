@@ -174,11 +174,8 @@ pub fn decode_columns(
 ) -> Option<Result<RecordBatch, arrow::error::ArrowError>> {
     let bytes = payload.as_slice();
     let plain = Plain::parse(bytes)?;
-    let body_end = plain.body_start.checked_add(plain.body_len)?;
-    // nothing may follow the batch but the end-of-stream marker
-    match bytes.get(body_end..)? {
-        [] | [0, 0, 0, 0] | [255, 255, 255, 255, 0, 0, 0, 0] => {}
-        _ => return None,
+    if !plain.ends_with_the_batch(bytes) {
+        return None;
     }
     let body = payload.slice_with_length(plain.body_start, plain.body_len);
     Some(plain.decode(&body, columns))
@@ -225,6 +222,19 @@ impl<'a> Plain<'a> {
         })
     }
 
+    /// True if `payload` (the one parsed) holds the whole body and nothing after it but the
+    /// end-of-stream marker.
+    fn ends_with_the_batch(&self, payload: &[u8]) -> bool {
+        let tail = self
+            .body_start
+            .checked_add(self.body_len)
+            .and_then(|end| payload.get(end..));
+        matches!(
+            tail,
+            Some([] | [0, 0, 0, 0] | [255, 255, 255, 255, 0, 0, 0, 0])
+        )
+    }
+
     /// Decodes `columns` (see [`decode_columns`]) from `body`, which holds the batch body
     /// at least up to the end of the last of them.
     fn decode(
@@ -254,6 +264,10 @@ impl<'a> Plain<'a> {
     }
 }
 
+/// What keeping one [`Parts`] in an index costs beside the parts themselves: an `Arc`'s
+/// two counts, a hash map's key, value and control byte, rounded up.
+pub const PARTS_ENTRY_OVERHEAD: usize = 48;
+
 /// Where each piece of a frame of the plain shape (see [`decode_columns`]) lies, with the
 /// checksum of each piece, so that a read of some columns reads and verifies only the bytes
 /// it uses: the head (frame header, schema message, batch metadata), then each column's
@@ -276,6 +290,9 @@ impl Parts {
     /// column's range reads all the bytes decoding it touches).
     pub fn of(header: &[u8; HEADER_LEN], payload: &[u8]) -> Option<Parts> {
         let plain = Plain::parse(payload)?;
+        if !plain.ends_with_the_batch(payload) {
+            return None;
+        }
         let body = payload.get(plain.body_start..plain.body_start.checked_add(plain.body_len)?)?;
         let record_batch = plain.batch.header_as_record_batch()?;
         let mut buffers = record_batch.buffers()?.iter();
@@ -320,9 +337,10 @@ impl Parts {
         self.frame_len
     }
 
-    /// Bytes these parts take in memory.
+    /// Bytes these parts take in memory, with what an index entry holding them adds (a
+    /// reference count and a hash map slot, [`PARTS_ENTRY_OVERHEAD`]).
     pub fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<Parts>() + std::mem::size_of_val(&*self.columns)
+        std::mem::size_of::<Parts>() + std::mem::size_of_val(&*self.columns) + PARTS_ENTRY_OVERHEAD
     }
 
     /// The head's range in the frame and its checksum.
@@ -618,7 +636,7 @@ mod tests {
             IntervalMonthDayNanoArray, ListBuilder, StringArray, StringBuilder,
             Time64MicrosecondArray, TimestampMicrosecondArray,
         };
-        use arrow::datatypes::IntervalMonthDayNano;
+        use arrow::datatypes::{DataType, IntervalMonthDayNano};
         use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
 
         let some = |i: usize| i % 7 != 3;
@@ -684,6 +702,22 @@ mod tests {
             Arc::new(StringArray::from_iter_values(
                 (0..n).map(|i| "x".repeat(i % 50)),
             )),
+            // not stored by Sluice today, but laid out by layout_counts
+            Arc::new(arrow::array::NullArray::new(n)),
+            Arc::new(arrow::array::StructArray::from(vec![
+                (
+                    Arc::new(arrow::datatypes::Field::new("k", DataType::Utf8, true)),
+                    Arc::new(StringArray::from_iter(
+                        (0..n).map(|i| some(i).then(|| format!("k{i}"))),
+                    )) as ArrayRef,
+                ),
+                (
+                    Arc::new(arrow::datatypes::Field::new("v", DataType::Int32, true)),
+                    Arc::new(Int32Array::from_iter(
+                        (0..n).map(|i| some(i).then_some(i as i32)),
+                    )) as ArrayRef,
+                ),
+            ])),
         ];
         let fields: Vec<_> = columns
             .iter()
@@ -771,6 +805,9 @@ mod tests {
         assert!(Parts::of(&header, &payload).is_some());
         assert!(Parts::of(&header, &payload[..payload.len() - 100]).is_none());
         assert!(Parts::of(&header, b"not arrow").is_none());
+        let mut trailing = payload.clone();
+        trailing.extend_from_slice(b"junk");
+        assert!(Parts::of(&header, &trailing).is_none());
         assert!(Parts::of(&header, &[]).is_none());
     }
 }

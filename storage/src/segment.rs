@@ -15,6 +15,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow::buffer::Buffer;
@@ -57,6 +58,8 @@ pub struct SegmentFile {
     base: u64,
     path: PathBuf,
     file: File,
+    /// Bytes read from the file by [`SegmentFile::read_batch`] (not by recovery).
+    bytes_read: AtomicU64,
 }
 
 impl SegmentFile {
@@ -70,7 +73,12 @@ impl SegmentFile {
             .truncate(true)
             .open(&path)
             .map_err(Error::io(&path))?;
-        Ok(SegmentFile { base, path, file })
+        Ok(SegmentFile {
+            base,
+            path,
+            file,
+            bytes_read: AtomicU64::new(0),
+        })
     }
 
     pub fn base(&self) -> u64 {
@@ -79,6 +87,20 @@ impl SegmentFile {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Bytes [`SegmentFile::read_batch`] has read from this file.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    /// Reads `buf.len()` bytes at `position`, counted in [`SegmentFile::bytes_read`].
+    fn read_at(&self, buf: &mut [u8], position: u64) -> Result<()> {
+        self.bytes_read
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.file
+            .read_exact_at(buf, position)
+            .map_err(Error::io(&self.path))
     }
 
     /// Writes one frame at `position`. No fsync.
@@ -149,9 +171,7 @@ impl SegmentFile {
             }
         }
         let mut buf = vec![0u8; len];
-        self.file
-            .read_exact_at(&mut buf, position)
-            .map_err(Error::io(&self.path))?;
+        self.read_at(&mut buf, position)?;
         let header = self.check_header(&buf, position, len, base_offset)?;
         if !frame::verify_checksum(&header, &buf[HEADER_LEN..]) {
             return Err(corrupt("frame checksum mismatch".to_string()));
@@ -194,9 +214,7 @@ impl SegmentFile {
             return Ok(None);
         }
         let read_piece = |buf: &mut [u8], at: usize, crc: u32| -> Result<()> {
-            self.file
-                .read_exact_at(buf, position + at as u64)
-                .map_err(Error::io(&self.path))?;
+            self.read_at(buf, position + at as u64)?;
             if crc32c::crc32c(buf) != crc {
                 return Err(Error::corrupt(
                     &self.path,
@@ -376,7 +394,12 @@ impl Segment {
             .open(&path)
             .map_err(Error::io(&path))?;
         let mut len = file.metadata().map_err(Error::io(&path))?.len();
-        let file = Arc::new(SegmentFile { base, path, file });
+        let file = Arc::new(SegmentFile {
+            base,
+            path,
+            file,
+            bytes_read: AtomicU64::new(0),
+        });
         let path = file.path();
         match limit {
             Some(limit) if len > limit => {

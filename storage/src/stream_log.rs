@@ -27,6 +27,7 @@ use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
@@ -106,6 +107,8 @@ pub struct StreamLog {
     opts: StreamLogOptions,
     index: RwLock<Index>,
     writer: Mutex<Writer>,
+    /// Bytes read by reads from segment files deleted since (see [`StreamLog::bytes_read`]).
+    deleted_bytes_read: AtomicU64,
 }
 
 /// What readers see.
@@ -311,6 +314,7 @@ impl StreamLog {
             opts,
             index: RwLock::new(index),
             writer: Mutex::new(writer),
+            deleted_bytes_read: AtomicU64::new(0),
         }
     }
 
@@ -578,6 +582,8 @@ impl StreamLog {
             w.dir_unsynced = true;
         }
         for file in doomed {
+            self.deleted_bytes_read
+                .fetch_add(file.bytes_read(), Ordering::Relaxed);
             debug!(path = %file.path().display(), "deleting truncated segment");
             fs::remove_file(file.path()).map_err(|e| w.poison(Error::io(file.path())(e)))?;
         }
@@ -599,6 +605,15 @@ impl StreamLog {
                 path: s.file().path().to_path_buf(),
             })
             .collect()
+    }
+
+    /// Bytes that reads of this log's frames have read from its segment files since it was
+    /// opened (a large frame read by column counts only the bytes of those columns and its
+    /// head; recovery's reads do not count).
+    pub fn bytes_read(&self) -> u64 {
+        let index = self.index.read();
+        self.deleted_bytes_read.load(Ordering::Relaxed)
+            + index.segments().map(|s| s.file().bytes_read()).sum::<u64>()
     }
 
     /// Bytes of all segment files.
