@@ -43,7 +43,8 @@ wait_port() { # file → Postgres port
 record() { grep '^JSON ' | sed 's/^JSON //' >> "$json"; }
 
 # single node
-"$sluice" serve --data-dir "$work/single" --listen 127.0.0.1:0 > "$work/single.out" 2> "$work/single.err" &
+# its own session, as PostgreSQL's postmaster (see start_sluice in bench/run.sh)
+setsid "$sluice" serve --data-dir "$work/single" --listen 127.0.0.1:0 > "$work/single.out" 2> "$work/single.err" &
 echo $! > "$work/single.pid"
 single=$(wait_port "$work/single.out")
 
@@ -51,7 +52,7 @@ single=$(wait_port "$work/single.out")
 p1=$(free_port); p2=$(free_port); p3=$(free_port)
 peers="1=127.0.0.1:$p1,2=127.0.0.1:$p2,3=127.0.0.1:$p3"
 for id in 1 2 3; do
-  "$sluice" serve --data-dir "$work/n$id" --listen 127.0.0.1:0 --node-id $id --peers "$peers" \
+  setsid "$sluice" serve --data-dir "$work/n$id" --listen 127.0.0.1:0 --node-id $id --peers "$peers" \
     > "$work/n$id.out" 2> "$work/n$id.err" &
   echo $! > "$work/n$id.pid"
 done

@@ -75,10 +75,14 @@ cleanup() {
 trap cleanup EXIT
 
 # start_sluice [flags...]: starts a Sluice on a new data directory; sets
-# $port, $sluice_dir and $sluice_pid
+# $port, $sluice_dir and $sluice_pid. It runs in a session of its own
+# (setsid), as PostgreSQL's postmaster does (pg_ctl starts it with setsid):
+# with the kernel's autogroup scheduling each session shares the CPU as one
+# group, so a server in the bench's session would share its group with the
+# load generator and the CPU hog while PostgreSQL has its own.
 start_sluice() {
   sluice_dir=$work/sluice-$RANDOM
-  "$sluice" serve --data-dir "$sluice_dir" --listen 127.0.0.1:0 "$@" > "$sluice_dir.out" 2> "$sluice_dir.err" &
+  setsid "$sluice" serve --data-dir "$sluice_dir" --listen 127.0.0.1:0 "$@" > "$sluice_dir.out" 2> "$sluice_dir.err" &
   sluice_pid=$!
   echo $sluice_pid > "$sluice_dir.pid"
   for _ in $(seq 1 100); do
@@ -221,10 +225,11 @@ else
   done
   # CPU contention (issue 25, acceptance 5): the literal script at 64
   # connections again while a busy loop takes one core's worth of CPU, the
-  # same for both systems; report.py compares the ratio with the quiet one
+  # same for both systems; report.py compares the ratio with the quiet one.
+  # The hog is a session of its own, as another service on the machine is
   cp "$work/pgbench-literal.sql" "$work/pgbench-literal+hog.sql"
   for k in $(seq 1 "$pgb_runs"); do
-    bash -c 'while :; do :; done' &
+    setsid bash -c 'while :; do :; done' &
     hog=$!
     echo $hog > "$work/hog.pid"
     pgbench_run sluice literal+hog 64 "$k" "$sl"

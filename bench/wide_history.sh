@@ -76,7 +76,8 @@ su postgres -c "$pgbin/initdb -D $work/pg/data -A trust -U postgres" >/dev/null
 su postgres -c "$pgbin/pg_ctl -D $work/pg/data -l $work/pg/log -w -o '-p $pgport -k /tmp -c listen_addresses=127.0.0.1 -c shared_buffers=2GB -c max_wal_size=8GB' start" >/dev/null
 pg="host=127.0.0.1 port=$pgport user=postgres dbname=postgres"
 
-"$sluice" serve --data-dir "$work/sluice" --listen 127.0.0.1:0 > "$work/sluice.out" 2> "$work/sluice.err" &
+# its own session, as PostgreSQL's postmaster (see start_sluice in bench/run.sh)
+setsid "$sluice" serve --data-dir "$work/sluice" --listen 127.0.0.1:0 > "$work/sluice.out" 2> "$work/sluice.err" &
 sluice_pid=$!
 for _ in $(seq 1 100); do grep -q "listening on" "$work/sluice.out" 2>/dev/null && break; sleep 0.1; done
 port=$(grep -o "listening on .*" "$work/sluice.out" | sed 's/.*://')
