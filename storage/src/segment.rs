@@ -314,13 +314,19 @@ fn decode_whole(mut ipc: Buffer, path: &Path, position: u64) -> Result<RecordBat
 }
 
 /// The [`Parts`] of the frame `header ‖ payload` (bytes just written or verified) if it is
-/// long enough for a partial read to pay and they take little memory beside it.
+/// long enough for a partial read to pay and they take little memory beside it. Arrow's
+/// schema conversion panics on some malformed schema messages (a checksum-valid frame
+/// from a crafted backup or snapshot); such a frame gets no parts — it is read whole, as
+/// before parts existed — rather than stopping recovery.
 pub fn parts_worth_keeping(header: &[u8; HEADER_LEN], payload: &[u8]) -> Option<Parts> {
     let frame_len = HEADER_LEN + payload.len();
     if frame_len < PARTS_MIN_FRAME {
         return None;
     }
-    frame::Parts::of(header, payload).filter(|p| p.heap_bytes() * PARTS_MAX_SHARE <= frame_len)
+    std::panic::catch_unwind(|| frame::Parts::of(header, payload))
+        .ok()
+        .flatten()
+        .filter(|p| p.heap_bytes() * PARTS_MAX_SHARE <= frame_len)
 }
 
 /// Index entry for one frame.

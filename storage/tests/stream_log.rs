@@ -716,3 +716,53 @@ fn a_column_read_of_a_large_frame_reads_and_verifies_only_that_column() {
         assert_eq!(log.read(&meta).expect("repaired"), whole);
     }
 }
+
+/// A checksum-valid frame whose schema message makes Arrow's schema conversion panic (a
+/// crafted backup or snapshot: here a schema without its field list) does not stop
+/// recovery: the frame is indexed without parts, as every frame was before them.
+#[test]
+fn a_large_frame_with_a_malformed_schema_is_recovered() {
+    let mut fbb = flatbuffers::FlatBufferBuilder::new();
+    let schema = arrow::ipc::SchemaBuilder::new(&mut fbb).finish();
+    let mut message = arrow::ipc::MessageBuilder::new(&mut fbb);
+    message.add_version(arrow::ipc::MetadataVersion::V5);
+    message.add_header_type(arrow::ipc::MessageHeader::Schema);
+    message.add_header(schema.as_union_value());
+    message.add_bodyLength(0);
+    let message = message.finish();
+    fbb.finish(message, None);
+    let mut meta = fbb.finished_data().to_vec();
+    meta.resize(meta.len().div_ceil(8) * 8, 0);
+    let mut payload = u32::MAX.to_le_bytes().to_vec();
+    payload.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+    payload.extend_from_slice(&meta);
+    // then a real batch message, large enough for parts to be tried
+    let real = ipc(0, 10_000);
+    let mut at = 0usize;
+    let skip = |at: &mut usize| {
+        let len = u32::from_le_bytes([real[*at + 4], real[*at + 5], real[*at + 6], real[*at + 7]]);
+        *at += 8 + len as usize;
+    };
+    skip(&mut at); // the real schema message (no body)
+    payload.extend_from_slice(&real[at..]);
+    assert!(payload.len() > 64 << 10);
+    assert!(
+        std::panic::catch_unwind(|| arrow::ipc::convert::fb_to_schema(
+            arrow::ipc::root_as_message(&meta)
+                .expect("message")
+                .header_as_schema()
+                .expect("schema")
+        ))
+        .is_err(),
+        "the crafted schema should make Arrow's conversion panic"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = StreamLog::create(dir.path(), StreamLogOptions::default()).expect("create");
+    log.append(&payload, 10_000, 0).expect("append");
+    let checkpoint = log.sync().expect("sync");
+    drop(log);
+    let log = StreamLog::open(dir.path(), StreamLogOptions::default(), &checkpoint)
+        .expect("recovery is not stopped by the frame");
+    assert_eq!(log.next_offset(), 10_000);
+}
