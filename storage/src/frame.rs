@@ -242,11 +242,7 @@ impl<'a> Plain<'a> {
         body: &Buffer,
         columns: &[usize],
     ) -> Result<RecordBatch, arrow::error::ArrowError> {
-        let present: Vec<usize> = columns
-            .iter()
-            .copied()
-            .filter(|&i| i < self.schema.fields().len())
-            .collect();
+        let present = present_columns(columns, self.schema.fields().len());
         let batch = self
             .batch
             .header_as_record_batch()
@@ -267,6 +263,12 @@ impl<'a> Plain<'a> {
 /// What keeping one [`Parts`] in an index costs beside the parts themselves: an `Arc`'s
 /// two counts, a hash map's key, value and control byte, rounded up.
 pub const PARTS_ENTRY_OVERHEAD: usize = 48;
+
+/// The indices among `columns` that a batch of `width` columns has (those past it were
+/// added to the stream after the batch was written), in order.
+pub fn present_columns(columns: &[usize], width: usize) -> Vec<usize> {
+    columns.iter().copied().filter(|&i| i < width).collect()
+}
 
 /// Where each piece of a frame of the plain shape (see [`decode_columns`]) lies, with the
 /// checksum of each piece, so that a read of some columns reads and verifies only the bytes

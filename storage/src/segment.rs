@@ -73,12 +73,16 @@ impl SegmentFile {
             .truncate(true)
             .open(&path)
             .map_err(Error::io(&path))?;
-        Ok(SegmentFile {
+        Ok(SegmentFile::new(base, path, file))
+    }
+
+    fn new(base: u64, path: PathBuf, file: File) -> SegmentFile {
+        SegmentFile {
             base,
             path,
             file,
             bytes_read: AtomicU64::new(0),
-        })
+        }
     }
 
     pub fn base(&self) -> u64 {
@@ -181,12 +185,8 @@ impl SegmentFile {
             Some(Some(decoded)) => decoded?,
             Some(None) => {
                 let whole = decode_whole(ipc, &self.path, position)?;
-                let present: Vec<usize> = columns
-                    .unwrap_or_default()
-                    .iter()
-                    .copied()
-                    .filter(|&i| i < whole.num_columns())
-                    .collect();
+                let present =
+                    frame::present_columns(columns.unwrap_or_default(), whole.num_columns());
                 whole.project(&present)?
             }
             None => decode_whole(ipc, &self.path, position)?,
@@ -400,12 +400,7 @@ impl Segment {
             .open(&path)
             .map_err(Error::io(&path))?;
         let mut len = file.metadata().map_err(Error::io(&path))?.len();
-        let file = Arc::new(SegmentFile {
-            base,
-            path,
-            file,
-            bytes_read: AtomicU64::new(0),
-        });
+        let file = Arc::new(SegmentFile::new(base, path, file));
         let path = file.path();
         match limit {
             Some(limit) if len > limit => {
