@@ -973,6 +973,19 @@ WIDE_QUERIES = [
 
 def rows_wide(run: Run) -> list[Row]:
     out = []
+    b = run.one("wide_history", query="bulk")
+    if b:
+        s, p = b.get("sluice_seconds"), b.get("postgres_seconds")
+        x = ratio(p, s)
+        hwm = b.get("sluice_peak_rss_mib")
+        ok = at_least(x, 2.0)
+        if ok is not None and hwm is not None:
+            ok = ok and hwm < 512
+        gib = (b.get("bytes") or 0) / (1 << 30)
+        out.append(Row(f"one psql `\\copy` of {gib:.2f} GiB ({fmt_int(b.get('rows'))} rows); "
+                       "a bad row at 90% leaves nothing (both)",
+                       fmt_secs(s) + f"; peak RSS {fmt_int(hwm)} MiB", fmt_secs(p),
+                       fmt_ratio(x, " faster"), "≥ 2x, RSS < 512 MiB", met(ok)))
     for query, what, bound in WIDE_QUERIES:
         r = run.one("wide_history", query=query)
         shape = f" ({fmt_int(r.get('rows'))} rows of ~1 KiB, psql)" if r else ""

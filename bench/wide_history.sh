@@ -7,6 +7,10 @@
 #   COPY (SELECT * FROM h) TO STDOUT, the GROUP BY customer aggregate, and
 #   count(*) WHERE customer = 'c7'. Median seconds per system, the ratio
 #   PostgreSQL / Sluice (> 1: Sluice is faster), Sluice's RSS after the load.
+#   First, on the fresh servers, one bulk `\copy` of all the files and the
+#   first again (~1.1 GB at 1M rows) into a table of its own, with Sluice's
+#   peak RSS (VmHWM), and the same file with a bad row after 90% of it: the
+#   COPY must fail and leave nothing visible.
 #
 # Usage (release build of the server first, e.g. by bench/run.sh, which runs
 # this point too):
@@ -89,6 +93,40 @@ with=""
 "$psql" "$pg" -Xqc "CREATE TABLE h (id bigserial, ts timestamptz DEFAULT now(), customer text, amount numeric(12,2), payload text)"
 
 now() { date +%s.%N; }
+echo "== bulk file: every file and the first again, one with a bad row at 90%" >&2
+cat "$work"/h*.csv "$work"/h00.csv > "$work/bulk.csv"
+bulk_rows=$((rows + per_chunk))
+bulk_bytes=$(stat -c %s "$work/bulk.csv")
+bad_at=$((bulk_rows * 9 / 10))
+{ head -n "$bad_at" "$work/bulk.csv"; echo 'c1,not a number,"bad row"'; tail -n +$((bad_at + 1)) "$work/bulk.csv"; } > "$work/bulk-bad.csv"
+chown postgres "$work"/bulk*.csv
+declare -A bulk
+for system in sluice postgres; do
+  url=$sl; [ $system = postgres ] && url=$pg
+  for t in bulk bulk_bad; do
+    if [ $system = sluice ]; then
+      "$psql" "$url" -Xqc "CREATE STREAM $t (customer text, amount numeric(12,2), payload text)$with"
+    else
+      "$psql" "$url" -Xqc "CREATE TABLE $t (id bigserial, ts timestamptz DEFAULT now(), customer text, amount numeric(12,2), payload text)"
+    fi
+  done
+  echo "== $system: one \\copy of $bulk_bytes bytes" >&2
+  t0=$(now)
+  "$psql" "$url" -Xqc "\\copy bulk (customer, amount, payload) FROM '$work/bulk.csv' WITH (FORMAT csv)"
+  t1=$(now)
+  bulk[$system]=$(echo "$t1 - $t0" | bc -l)
+  got=$("$psql" "$url" -XAtc "SELECT count(*) FROM bulk")
+  [ "$got" = "$bulk_rows" ] || { echo "$system: bulk copy has $got rows, expected $bulk_rows" >&2; exit 1; }
+  [ $system = sluice ] && bulk_hwm_kib=$(awk '/VmHWM/ { print $2 }' /proc/$sluice_pid/status)
+  if "$psql" "$url" -Xqc "\\copy bulk_bad (customer, amount, payload) FROM '$work/bulk-bad.csv' WITH (FORMAT csv)" 2> "$work/bad.err"; then
+    echo "$system: the COPY with a bad row succeeded" >&2; exit 1
+  fi
+  left=$("$psql" "$url" -XAtc "SELECT count(*) FROM bulk_bad")
+  [ "$left" = 0 ] || { echo "$system: a failed COPY left $left rows" >&2; exit 1; }
+  kind=TABLE; [ $system = sluice ] && kind=STREAM
+  "$psql" "$url" -Xqc "DROP $kind bulk" -c "DROP $kind bulk_bad"
+done
+
 # timed <url> <psql args...>: seconds taken, output discarded
 timed() {
   local url=$1; shift
@@ -129,6 +167,8 @@ check_pg=$("$psql" "$pg" -XAtc "SELECT count(*), sum(amount) FROM h WHERE custom
 bytes=$("$psql" "$sl" -XAtc "SELECT sum(bytes), sum(logical_bytes) FROM sluice_streams WHERE name = 'h'" 2>/dev/null || echo "?")
 
 if [ -n "$json" ]; then
+  printf '{"workload":"wide_history","query":"bulk","rows":%d,"bytes":%d,"sluice_seconds":%.4f,"postgres_seconds":%.4f,"sluice_peak_rss_mib":%d,"failed_copy_left":0,"compression":"%s"}\n' \
+    "$bulk_rows" "$bulk_bytes" "${bulk[sluice]}" "${bulk[postgres]}" $((bulk_hwm_kib / 1024)) "${compression:-default}" >> "$json"
   for q in load copy group filter; do
     if [ $q = load ]; then s=${result[sluice,load]}; p=${result[postgres,load]}
     else s=$(median ${runs[sluice,$q]}); p=$(median ${runs[postgres,$q]}); fi
@@ -148,6 +188,9 @@ md=bench/results/wide-$(date -u +%Y-%m-%dT%H%M%SZ).md
   echo
   echo "| workload | Sluice s | PostgreSQL s | ratio | Sluice runs | PostgreSQL runs |"
   echo "|---|---|---|---|---|---|"
+  printf '| one \\copy of %d bytes (%d rows); Sluice peak RSS %d MiB; the same with a bad row at 90%%: nothing visible on either | %.2f | %.2f | %.2fx | | |\n' \
+    "$bulk_bytes" "$bulk_rows" $((bulk_hwm_kib / 1024)) "${bulk[sluice]}" "${bulk[postgres]}" \
+    "$(echo "${bulk[postgres]} / ${bulk[sluice]}" | bc -l)"
   printf '| load (%d x \\copy of %d rows) | %.2f | %.2f | %.2fx | | |\n' $chunks $per_chunk "${result[sluice,load]}" "${result[postgres,load]}" \
     "$(echo "${result[postgres,load]} / ${result[sluice,load]}" | bc -l)"
   for q in copy group filter; do

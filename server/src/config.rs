@@ -114,6 +114,14 @@ pub struct ServeArgs {
     /// Maximum statement / write-command size in bytes [default: 67108864]
     #[arg(long)]
     pub max_statement_bytes: Option<usize>,
+    /// A large COPY FROM into a stream is staged in chunks of about this many bytes of
+    /// data, 4096 up to half of max-statement-bytes [default: 8388608]
+    #[arg(long, value_name = "BYTES")]
+    pub copy_chunk_bytes: Option<usize>,
+    /// A staged COPY that receives no data for this long is aborted, e.g. `10min`
+    /// [default: 10min]
+    #[arg(long, value_name = "DURATION")]
+    pub copy_idle_timeout: Option<String>,
     /// Memory one statement may hold for joins, aggregates and sorts before it spills or
     /// fails with 53200, e.g. `512MB`; a session may set less [default: a quarter of memory]
     #[arg(long, value_name = "SIZE")]
@@ -167,6 +175,8 @@ struct FileConfig {
     authentication_timeout: Option<u64>,
     max_row_bytes: Option<usize>,
     max_statement_bytes: Option<usize>,
+    copy_chunk_bytes: Option<usize>,
+    copy_idle_timeout: Option<String>,
     max_statement_memory: Option<String>,
     max_query_memory: Option<String>,
     statement_timeout: Option<String>,
@@ -258,6 +268,8 @@ pub struct Config {
     pub authentication_timeout: Duration,
     pub max_row_bytes: usize,
     pub max_statement_bytes: usize,
+    pub copy_chunk_bytes: usize,
+    pub copy_idle_timeout: Duration,
     pub max_statement_memory: usize,
     pub max_query_memory: usize,
     pub statement_timeout: Option<Duration>,
@@ -416,7 +428,30 @@ impl Config {
                 .map_err(|e| format!("--log-min-duration-statement {text}: {}", e.message))?,
             None => None,
         };
+        let max_statement_bytes = args
+            .max_statement_bytes
+            .or(file.max_statement_bytes)
+            .unwrap_or(64 << 20);
+        let copy_chunk_bytes = args
+            .copy_chunk_bytes
+            .or(file.copy_chunk_bytes)
+            .unwrap_or(8 << 20)
+            .min(max_statement_bytes / 2);
+        if copy_chunk_bytes < 4096 {
+            return Err(format!(
+                "--copy-chunk-bytes {copy_chunk_bytes}: at least 4096 (and half of \
+                 --max-statement-bytes) is needed"
+            ));
+        }
+        let copy_idle_timeout = match args.copy_idle_timeout.or(file.copy_idle_timeout) {
+            Some(text) => sluice_sql::interrupt::parse_timeout(&text)
+                .map_err(|e| format!("--copy-idle-timeout {text}: {}", e.message))?
+                .ok_or_else(|| format!("--copy-idle-timeout {text}: must be above 0"))?,
+            None => Duration::from_secs(600),
+        };
         Ok(Config {
+            copy_chunk_bytes,
+            copy_idle_timeout,
             max_statement_memory,
             max_query_memory,
             statement_timeout,
@@ -443,10 +478,7 @@ impl Config {
                 .unwrap_or(1000),
             authentication_timeout: Duration::from_secs(auth_secs),
             max_row_bytes: args.max_row_bytes.or(file.max_row_bytes).unwrap_or(1 << 20),
-            max_statement_bytes: args
-                .max_statement_bytes
-                .or(file.max_statement_bytes)
-                .unwrap_or(64 << 20),
+            max_statement_bytes,
             segment_bytes: args
                 .segment_bytes
                 .or(file.segment_bytes)

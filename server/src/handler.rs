@@ -51,7 +51,7 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use sluice_sql::error::sqlstate;
 use sluice_sql::session::Description;
 use sluice_sql::statement::{self, Parsed};
-use sluice_sql::{Engine, Output, PendingCopy, Session};
+use sluice_sql::{CopyIn, Engine, Output, Session};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::{watch, Mutex};
 use tokio_util::codec::Framed;
@@ -110,7 +110,7 @@ impl Drop for CancelRegistration {
 
 /// A COPY FROM in progress: the target and the data received so far.
 #[derive(Default)]
-struct CopySlot(std::sync::Mutex<Option<(PendingCopy, Vec<u8>, bool)>>);
+struct CopySlot(std::sync::Mutex<Option<CopyIn>>);
 
 /// How to send each deferred RETURNING of the pipeline, in order (see
 /// `pipeline.rs`, which reads it at the pipeline's end).
@@ -531,7 +531,7 @@ fn to_response<C: ClientInfo>(
             let code = matches!(pending.format, sluice_sql::statement::CopyFormat::Binary) as i8;
             if let Some(slot) = client.session_extensions().get::<CopySlot>() {
                 if let Ok(mut g) = slot.0.lock() {
-                    *g = Some((pending, Vec::new(), false));
+                    *g = Some(CopyIn::new(pending));
                 }
             }
             Response::CopyIn(CopyResponse::new(code, columns, futures::stream::empty()))
@@ -1657,18 +1657,19 @@ impl CopyHandler for Backend {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let max = self.engine.limits.max_copy_bytes;
+        // errors wait for CopyDone (see `Session::copy_data`): the client keeps sending
+        let Some(mut copy) = take_copy(client) else {
+            return Ok(());
+        };
+        let session = session_of(client)?;
+        session
+            .lock()
+            .await
+            .copy_data(&mut copy, &copy_data.data)
+            .await;
         if let Some(slot) = client.session_extensions().get::<CopySlot>() {
             if let Ok(mut g) = slot.0.lock() {
-                if let Some((_, buf, overflow)) = g.as_mut() {
-                    if buf.len() + copy_data.data.len() > max {
-                        // keep reading to the end of the COPY, then report
-                        *overflow = true;
-                        buf.clear();
-                    } else if !*overflow {
-                        buf.extend_from_slice(&copy_data.data);
-                    }
-                }
+                *g = Some(copy);
             }
         }
         Ok(())
@@ -1680,27 +1681,14 @@ impl CopyHandler for Backend {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let pending = client
-            .session_extensions()
-            .get::<CopySlot>()
-            .and_then(|slot| slot.0.lock().ok().and_then(|mut g| g.take()));
-        let Some((pending, data, overflow)) = pending else {
+        let Some(copy) = take_copy(client) else {
             return Err(user_error(sluice_sql::Error::new(
                 sqlstate::PROTOCOL_VIOLATION,
                 "no COPY in progress",
             )));
         };
-        if overflow {
-            return Err(user_error(sluice_sql::Error::new(
-                sqlstate::PROGRAM_LIMIT_EXCEEDED,
-                format!(
-                    "COPY data exceeds the maximum of {} bytes (max_copy_bytes)",
-                    self.engine.limits.max_copy_bytes
-                ),
-            )));
-        }
         let session = session_of(client)?;
-        let result = session.lock().await.finish_copy(pending, &data).await;
+        let result = session.lock().await.copy_done(copy).await;
         match result {
             Ok(Output::Tag(t)) => {
                 client
@@ -1721,9 +1709,9 @@ impl CopyHandler for Backend {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        if let Some(slot) = client.session_extensions().get::<CopySlot>() {
-            if let Ok(mut g) = slot.0.lock() {
-                *g = None;
+        if let Some(copy) = take_copy(client) {
+            if let Ok(session) = session_of(client) {
+                session.lock().await.copy_fail(copy).await;
             }
         }
         user_error(sluice_sql::Error::new(
@@ -1731,6 +1719,14 @@ impl CopyHandler for Backend {
             format!("COPY from stdin failed: {}", fail.message),
         ))
     }
+}
+
+/// The connection's COPY in progress, taken out of its slot.
+fn take_copy<C: ClientInfo>(client: &C) -> Option<CopyIn> {
+    client
+        .session_extensions()
+        .get::<CopySlot>()
+        .and_then(|slot| slot.0.lock().ok().and_then(|mut g| g.take()))
 }
 
 /// Decode a portal's bound parameters with declared or inferred types.

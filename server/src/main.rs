@@ -266,6 +266,8 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
     engine_config.limits = Limits {
         max_row_bytes: config.max_row_bytes,
         max_statement_bytes: config.max_statement_bytes,
+        copy_chunk_bytes: config.copy_chunk_bytes,
+        copy_idle_timeout: config.copy_idle_timeout,
         max_statement_memory: config.max_statement_memory,
         max_query_memory: config.max_query_memory,
         max_spill_bytes: 2 * config.max_statement_memory as u64,

@@ -47,6 +47,7 @@ use crate::roles::{CatalogView, RoleChange, Roles};
 use crate::table::store::{TableStore, TableVersions, Write};
 use crate::table::{write_kind, Table};
 
+mod copies;
 mod indexes;
 mod views;
 
@@ -85,6 +86,9 @@ struct CheckpointFile {
     /// Views (absent from data directories made before views).
     #[serde(default)]
     views: Vec<ViewDef>,
+    /// Staged COPYs not yet committed or aborted (see `apply/copies.rs`).
+    #[serde(default)]
+    copies: Vec<copies::CheckpointedCopy>,
 }
 
 /// What a Raft snapshot of the database carries: the checkpoint record, every table's rows
@@ -203,6 +207,10 @@ fn at_snapshot_point(
         .map_err(|e| Error::io(format!("unreadable checkpoint record in {what}: {e}")))?;
     crate::format::check_version(cp.format, what)?;
     let (index, term) = point.unwrap_or((cp.applied_index, RESTORED_TERM));
+    if point.is_none() {
+        // a backup keeps streams, not staged COPYs: they end with the cluster they ran in
+        cp.copies.clear();
+    }
     cp.applied_index = index;
     cp.snapshot_point = (index > 0).then_some((index, term));
     let stored = serde_json::to_vec(&cp).map_err(|e| Error::io(e.to_string()))?;
@@ -275,6 +283,8 @@ pub struct Database {
     dropped_streams: Vec<PathBuf>,
     /// See [`CheckpointFile::snapshot_point`].
     snapshot_point: Option<(u64, u64)>,
+    /// Open staged COPYs by id (see `apply/copies.rs`).
+    copies: std::collections::BTreeMap<u64, copies::StagedCopy>,
 }
 
 impl Database {
@@ -307,7 +317,9 @@ impl Database {
         };
         crate::format::check_version(cp.format, "the checkpoint record")?;
         let next_oid = load_catalog(dir, &catalog, &tables, &cp, default_segment_bytes)?;
+        let copies = copies::open_copies(dir, &cp.copies, default_segment_bytes)?;
         Ok(Database {
+            copies,
             tables: Arc::new(tables),
             dropped_tables: Vec::new(),
             dropped_streams: Vec::new(),
@@ -387,6 +399,7 @@ impl Database {
             snapshot_point: self.snapshot_point.filter(|(i, _)| *i == index),
             roles: (*self.catalog.roles()).clone(),
             views: self.catalog.views().iter().map(|v| v.def.clone()).collect(),
+            copies: self.checkpoint_copies()?,
         };
         let bytes = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
         self.tables
@@ -413,8 +426,9 @@ impl Database {
         let mut files = Vec::new();
         let streams_dir = self.dir.join(STREAMS_DIR);
         let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
-        for s in self.catalog.list() {
-            let sdir = stream_dir(&self.dir, s.def.id);
+        let streams = self.catalog.list();
+        let dirs = streams.iter().map(|s| stream_dir(&self.dir, s.def.id));
+        for sdir in dirs.chain(self.copy_dirs()) {
             let mut names: Vec<PathBuf> = fs::read_dir(&sdir)
                 .map_err(|e| io(&sdir, e))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
@@ -504,6 +518,8 @@ impl Database {
             self.default_segment_bytes,
         )
         .map_err(|e| e.to_string())?;
+        self.copies = copies::open_copies(&self.dir, &cp.copies, self.default_segment_bytes)
+            .map_err(|e| e.to_string())?;
         self.applied = index;
         self.checkpointed = index;
         self.dropped_tables.clear();
@@ -819,6 +835,13 @@ impl Database {
                 Some(op::Kind::Truncate(t)) => {
                     check_target(exists(&overlay, &t.stream), &t.stream, t.stream_id)?
                 }
+                Some(op::Kind::CopyChunk(c)) => {
+                    self.validate_chunk(c, exists(&overlay, &c.stream))?
+                }
+                Some(op::Kind::CopyCommit(c)) => {
+                    self.validate_commit(c, exists(&overlay, &c.stream))?
+                }
+                Some(op::Kind::CopyAbort(_)) => {}
                 Some(op::Kind::AlterStream(a)) => {
                     let id = exists(&overlay, &a.name);
                     check_target(id, &a.name, a.stream_id)?;
@@ -844,6 +867,9 @@ impl Database {
     }
 
     fn apply_command(&mut self, index: u64, cmd: Command) -> Result<CommandResult, String> {
+        if !self.copies.is_empty() {
+            self.expire_copies(cmd.ts_micros);
+        }
         let result = self.apply_ops(index, cmd)?;
         self.remove_dropped_streams(index)?;
         Ok(result)
@@ -904,6 +930,9 @@ impl Database {
                 Some(op::Kind::CreateView(c)) => self.create_view(index, i, c)?,
                 Some(op::Kind::CreateIndex(c)) => self.create_index(index, i, c)?,
                 Some(op::Kind::DropIndex(d)) => self.drop_index(index, d)?,
+                Some(op::Kind::CopyChunk(c)) => self.stage_chunk(index, c, cmd.ts_micros)?,
+                Some(op::Kind::CopyCommit(c)) => self.commit_copy(c, cmd.ts_micros)?,
+                Some(op::Kind::CopyAbort(c)) => self.abort_copy(c)?,
                 None => Err(Error::internal("empty op in command")),
             };
             match outcome {
@@ -1155,6 +1184,17 @@ fn check_mix(cmd: &Command) -> Result<(), Error> {
             "a role change must be a command of its own",
         ));
     }
+    let copy = |k: &op::Kind| {
+        matches!(
+            k,
+            op::Kind::CopyChunk(_) | op::Kind::CopyCommit(_) | op::Kind::CopyAbort(_)
+        )
+    };
+    if has(copy) && cmd.ops.iter().any(|o| !o.kind.as_ref().is_some_and(copy)) {
+        return Err(Error::internal(
+            "a staged COPY's ops must be a command of their own",
+        ));
+    }
     if has(|k| matches!(k, op::Kind::Truncate(_))) && has(|k| matches!(k, op::Kind::TableWrite(_)))
     {
         return Err(Error::unsupported(
@@ -1241,6 +1281,7 @@ fn load_catalog(
         catalog.insert(Arc::new(Stream::new(def, Arc::new(log))));
         known.push(sdir);
     }
+    known.extend(cp.copies.iter().map(|c| copies::copy_dir(dir, c.id)));
     if let Ok(entries) = fs::read_dir(&streams_dir) {
         for entry in entries.flatten() {
             let p = entry.path();

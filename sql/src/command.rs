@@ -39,7 +39,10 @@ pub struct TableRead {
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Op {
-    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11")]
+    #[prost(
+        oneof = "op::Kind",
+        tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14"
+    )]
     pub kind: Option<op::Kind>,
 }
 
@@ -68,6 +71,12 @@ pub mod op {
         CreateIndex(super::CreateIndex),
         #[prost(message, tag = "11")]
         DropIndex(super::DropIndex),
+        #[prost(message, tag = "12")]
+        CopyChunk(super::CopyChunk),
+        #[prost(message, tag = "13")]
+        CopyCommit(super::CopyCommit),
+        #[prost(message, tag = "14")]
+        CopyAbort(super::CopyAbort),
     }
 }
 
@@ -237,6 +246,47 @@ pub struct Append {
     pub rows: u32,
 }
 
+/// Rows of a COPY FROM too large for one command, staged on every replica until its
+/// `CopyCommit` makes them visible at once (see `apply/copies.rs`).
+#[derive(Clone, PartialEq, Message)]
+pub struct CopyChunk {
+    /// The staged copy this continues; 0 starts one (its id is this entry's Raft index).
+    #[prost(uint64, tag = "1")]
+    pub copy_id: u64,
+    #[prost(string, tag = "2")]
+    pub stream: String,
+    /// Id of the stream the rows were planned against (see [`Append::stream_id`]).
+    #[prost(uint64, tag = "3")]
+    pub stream_id: u64,
+    /// Arrow IPC stream bytes holding one record batch of user columns.
+    #[prost(bytes = "vec", tag = "4")]
+    pub ipc: Vec<u8>,
+    #[prost(uint32, tag = "5")]
+    pub rows: u32,
+    /// The copy is dropped when a command is applied this long after its last chunk (by
+    /// the commands' proposed times) and no commit came: a client or node gone mid-COPY.
+    #[prost(uint64, tag = "6")]
+    pub idle_timeout_ms: u64,
+}
+
+/// Moves a staged copy's rows into its stream, visible together, and ends the copy.
+#[derive(Clone, PartialEq, Message)]
+pub struct CopyCommit {
+    #[prost(uint64, tag = "1")]
+    pub copy_id: u64,
+    #[prost(string, tag = "2")]
+    pub stream: String,
+    #[prost(uint64, tag = "3")]
+    pub stream_id: u64,
+}
+
+/// Drops a staged copy (a COPY that failed half-way or was cancelled).
+#[derive(Clone, PartialEq, Message)]
+pub struct CopyAbort {
+    #[prost(uint64, tag = "1")]
+    pub copy_id: u64,
+}
+
 #[derive(Clone, PartialEq, Message)]
 pub struct Truncate {
     #[prost(string, tag = "1")]
@@ -286,6 +336,12 @@ pub enum OpOutcome {
     RolesChanged,
     /// A stream's options or name changed.
     Altered,
+    /// Rows were staged in the copy `copy_id` (see [`CopyChunk`]).
+    CopyStaged {
+        copy_id: u64,
+    },
+    /// A staged copy was dropped.
+    CopyAborted,
 }
 
 /// The state machine's answer to a command: deterministic failures are

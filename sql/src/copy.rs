@@ -10,22 +10,84 @@ use crate::statement::CopyFormat;
 
 /// Split a COPY payload into rows of fields (`None` = NULL).
 pub fn parse_rows(data: &str, format: &CopyFormat) -> Result<Vec<Vec<Option<String>>>> {
+    parse_rows_at(data, format, 1)
+}
+
+/// [`parse_rows`] of a piece of a COPY's data that starts at line `first_line` (errors name
+/// the line in the whole COPY); a CSV header is skipped only in the piece at line 1.
+pub fn parse_rows_at(
+    data: &str,
+    format: &CopyFormat,
+    first_line: usize,
+) -> Result<Vec<Vec<Option<String>>>> {
     match format {
-        CopyFormat::Text { delimiter, null } => parse_text(data, *delimiter, null),
+        CopyFormat::Text { delimiter, null } => parse_text(data, *delimiter, null, first_line),
         CopyFormat::Csv {
             delimiter,
             quote,
             escape,
             null,
             header,
-        } => parse_csv(data, *delimiter, *quote, *escape, null, *header),
+        } => parse_csv(
+            data,
+            *delimiter,
+            *quote,
+            *escape,
+            null,
+            *header && first_line == 1,
+            first_line,
+        ),
         CopyFormat::Binary => Err(Error::unsupported(
             "COPY FROM with FORMAT binary is not supported; use text or csv",
         )),
     }
 }
 
-fn parse_text(data: &str, delim: char, null: &str) -> Result<Vec<Vec<Option<String>>>> {
+/// How many bytes at the start of `data` (a COPY's data from a row's start) are whole rows:
+/// up to and including the last newline that ends a row — in CSV, one outside quotes. 0 when
+/// no row is complete yet, or for a format whose rows are not split here (binary, or CSV
+/// with a quote or escape that is not one byte).
+pub fn complete_rows_len(data: &[u8], format: &CopyFormat) -> usize {
+    let end_after = |i: Option<usize>| i.map_or(0, |i| i + 1);
+    match format {
+        // a newline inside a text-format value is always escaped
+        CopyFormat::Text { .. } => end_after(data.iter().rposition(|&b| b == b'\n')),
+        CopyFormat::Csv { quote, escape, .. } => {
+            let (Ok(quote), Ok(escape)) = (u8::try_from(*quote), u8::try_from(*escape)) else {
+                return 0;
+            };
+            if !quote.is_ascii() || !escape.is_ascii() {
+                return 0;
+            }
+            let mut quoted = false;
+            let mut last = None;
+            let mut i = 0;
+            while i < data.len() {
+                let b = data[i];
+                if quoted && b == escape && escape != quote && data.get(i + 1) == Some(&quote) {
+                    i += 2;
+                    continue;
+                }
+                if b == quote {
+                    // a doubled quote inside quotes toggles out and back in
+                    quoted = !quoted;
+                } else if b == b'\n' && !quoted {
+                    last = Some(i);
+                }
+                i += 1;
+            }
+            end_after(last)
+        }
+        CopyFormat::Binary => 0,
+    }
+}
+
+fn parse_text(
+    data: &str,
+    delim: char,
+    null: &str,
+    first_line: usize,
+) -> Result<Vec<Vec<Option<String>>>> {
     let mut rows = Vec::new();
     for (lineno, raw) in data.split('\n').enumerate() {
         let line = raw.strip_suffix('\r').unwrap_or(raw);
@@ -35,6 +97,15 @@ fn parse_text(data: &str, delim: char, null: &str) -> Result<Vec<Vec<Option<Stri
         if line.is_empty() && lineno + 1 == data.split('\n').count() {
             continue;
         }
+        if !line.contains('\\') {
+            // no escapes: the fields are the text between delimiters
+            let fields = line
+                .split(delim)
+                .map(|f| (f != null).then(|| f.to_string()))
+                .collect();
+            rows.push(fields);
+            continue;
+        }
         let mut fields = Vec::new();
         for f in split_unescaped(line, delim) {
             if f == null {
@@ -42,7 +113,7 @@ fn parse_text(data: &str, delim: char, null: &str) -> Result<Vec<Vec<Option<Stri
             } else {
                 fields.push(Some(unescape(&f).map_err(|e| {
                     Error::new(sqlstate::CHARACTER_NOT_IN_REPERTOIRE, e)
-                        .with_detail(format!("COPY line {}", lineno + 1))
+                        .with_detail(format!("COPY line {}", lineno + first_line))
                 })?));
             }
         }
@@ -133,54 +204,81 @@ fn parse_csv(
     escape: char,
     null: &str,
     header: bool,
+    first_line: usize,
 ) -> Result<Vec<Vec<Option<String>>>> {
+    let one_byte = |c: char| u8::try_from(c).ok().filter(u8::is_ascii);
+    let (Some(delim), Some(quote), Some(escape)) =
+        (one_byte(delim), one_byte(quote), one_byte(escape))
+    else {
+        return Err(Error::unsupported(
+            "COPY delimiter, quote and escape must be single one-byte characters",
+        ));
+    };
+    let b = data.as_bytes();
     let mut rows = Vec::new();
-    let mut chars = data.chars().peekable();
-    let mut line = 1usize;
+    let mut i = 0;
+    let mut line = first_line;
     let mut first = true;
-    loop {
-        if chars.peek().is_none() {
-            break;
-        }
-        // end-of-data marker
+    // Every byte compared below is ASCII, so each position is a character boundary: the
+    // text between special bytes is copied into a field as whole spans.
+    while i < b.len() {
         let mut row: Vec<Option<String>> = Vec::new();
         let mut field = String::new();
         let mut quoted = false;
         let mut was_quoted = false;
         let mut ended_line = false;
-        while let Some(c) = chars.next() {
+        let mut span = i;
+        while i < b.len() {
+            let c = b[i];
             if quoted {
-                if c == escape && escape != quote && chars.peek() == Some(&quote) {
-                    field.push(quote);
-                    chars.next();
+                if c == escape && escape != quote && b.get(i + 1) == Some(&quote) {
+                    field.push_str(&data[span..i]);
+                    field.push(quote as char);
+                    i += 2;
+                    span = i;
                 } else if c == quote {
-                    if escape == quote && chars.peek() == Some(&quote) {
-                        field.push(quote);
-                        chars.next();
+                    field.push_str(&data[span..i]);
+                    if escape == quote && b.get(i + 1) == Some(&quote) {
+                        field.push(quote as char);
+                        i += 2;
                     } else {
                         quoted = false;
+                        i += 1;
                     }
+                    span = i;
                 } else {
-                    if c == '\n' {
+                    if c == b'\n' {
                         line += 1;
                     }
-                    field.push(c);
+                    i += 1;
                 }
             } else if c == quote {
+                field.push_str(&data[span..i]);
                 quoted = true;
                 was_quoted = true;
+                i += 1;
+                span = i;
             } else if c == delim {
+                field.push_str(&data[span..i]);
                 row.push(csv_field(std::mem::take(&mut field), was_quoted, null));
                 was_quoted = false;
-            } else if c == '\n' {
+                i += 1;
+                span = i;
+            } else if c == b'\n' {
+                field.push_str(&data[span..i]);
+                i += 1;
+                span = i;
                 ended_line = true;
                 break;
-            } else if c == '\r' && chars.peek() == Some(&'\n') {
-                continue;
+            } else if c == b'\r' && b.get(i + 1) == Some(&b'\n') {
+                field.push_str(&data[span..i]);
+                i += 1;
+                span = i;
             } else {
-                field.push(c);
+                i += 1;
             }
         }
+        field.push_str(&data[span..i]);
         if quoted {
             return Err(at_line("unterminated CSV quoted field".into(), line));
         }
@@ -227,6 +325,155 @@ mod tests {
             escape: '"',
             null: String::new(),
             header: false,
+        }
+    }
+
+    /// The CSV parser before it worked on bytes (one char at a time): the reference the
+    /// byte parser must agree with.
+    #[allow(clippy::too_many_arguments)]
+    fn reference_csv(
+        data: &str,
+        delim: char,
+        quote: char,
+        escape: char,
+        null: &str,
+        header: bool,
+    ) -> Result<Vec<Vec<Option<String>>>> {
+        let mut rows = Vec::new();
+        let mut chars = data.chars().peekable();
+        let mut line = 1usize;
+        let mut first = true;
+        loop {
+            if chars.peek().is_none() {
+                break;
+            }
+            // end-of-data marker
+            let mut row: Vec<Option<String>> = Vec::new();
+            let mut field = String::new();
+            let mut quoted = false;
+            let mut was_quoted = false;
+            let mut ended_line = false;
+            while let Some(c) = chars.next() {
+                if quoted {
+                    if c == escape && escape != quote && chars.peek() == Some(&quote) {
+                        field.push(quote);
+                        chars.next();
+                    } else if c == quote {
+                        if escape == quote && chars.peek() == Some(&quote) {
+                            field.push(quote);
+                            chars.next();
+                        } else {
+                            quoted = false;
+                        }
+                    } else {
+                        if c == '\n' {
+                            line += 1;
+                        }
+                        field.push(c);
+                    }
+                } else if c == quote {
+                    quoted = true;
+                    was_quoted = true;
+                } else if c == delim {
+                    row.push(csv_field(std::mem::take(&mut field), was_quoted, null));
+                    was_quoted = false;
+                } else if c == '\n' {
+                    ended_line = true;
+                    break;
+                } else if c == '\r' && chars.peek() == Some(&'\n') {
+                    continue;
+                } else {
+                    field.push(c);
+                }
+            }
+            if quoted {
+                return Err(at_line("unterminated CSV quoted field".into(), line));
+            }
+            if !was_quoted && row.is_empty() && field == "\\." {
+                break;
+            }
+            row.push(csv_field(field, was_quoted, null));
+            line += 1;
+            if first && header {
+                first = false;
+                continue;
+            }
+            first = false;
+            if !(row.len() == 1 && row[0].is_none() && !ended_line && null.is_empty()) {
+                rows.push(row);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Random CSV from a small alphabet of the bytes that matter (quotes, escapes,
+    /// delimiters, CR, LF, the end marker, multi-byte text).
+    fn random_csv(rng: &mut impl rand::Rng, quote: char, escape: char) -> String {
+        let pieces = [
+            "a", "bc", ",", "\n", "\r\n", "\r", "é", "日本", "\\.", "\\", " ",
+        ];
+        let mut out = String::new();
+        for _ in 0..rng.gen_range(0..60) {
+            match rng.gen_range(0..10) {
+                0 => out.push(quote),
+                1 => out.push(escape),
+                _ => out.push_str(pieces[rng.gen_range(0..pieces.len())]),
+            }
+        }
+        out
+    }
+
+    /// The byte parser gives what the char parser gave, rows or error, on random CSV; and
+    /// COPY data cut at `complete_rows_len` parses, piece by piece, into the same rows.
+    #[test]
+    fn csv_on_bytes_agrees_with_the_reference_and_splits_at_row_ends() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(25);
+        for case in 0..20_000 {
+            let (quote, escape) = match case % 3 {
+                0 => ('"', '"'),
+                1 => ('"', '\\'),
+                _ => ('\'', '\''),
+            };
+            let data = random_csv(&mut rng, quote, escape);
+            let header = case % 7 == 0;
+            let null = if case % 5 == 0 { "\\N" } else { "" };
+            let got = parse_csv(&data, ',', quote, escape, null, header, 1);
+            let want = reference_csv(&data, ',', quote, escape, null, header);
+            match (&got, &want) {
+                (Ok(g), Ok(w)) => assert_eq!(g, w, "{data:?}"),
+                (Err(g), Err(w)) => assert_eq!(
+                    (&g.code, &g.message, &g.detail),
+                    (&w.code, &w.message, &w.detail),
+                    "{data:?}"
+                ),
+                _ => panic!("{data:?}: byte parser {got:?}, reference {want:?}"),
+            }
+            // pieces cut where complete_rows_len says parse into the whole's rows
+            let format = CopyFormat::Csv {
+                delimiter: ',',
+                quote,
+                escape,
+                null: null.into(),
+                header,
+            };
+            let Ok(whole) = got else { continue };
+            if data.contains("\\.") {
+                continue; // the end marker stops the whole, not a later piece
+            }
+            let mut rest = data.as_bytes();
+            let mut line = 1;
+            let mut pieces = Vec::new();
+            while !rest.is_empty() {
+                let take = rng.gen_range(1..=rest.len());
+                let n = complete_rows_len(&rest[..take], &format);
+                let n = if n == 0 { rest.len() } else { n };
+                let piece = std::str::from_utf8(&rest[..n]).expect("cut at a newline");
+                pieces.extend(parse_rows_at(piece, &format, line).expect("a piece parses"));
+                line += piece.matches('\n').count();
+                rest = &rest[n..];
+            }
+            assert_eq!(pieces, whole, "{data:?}");
         }
     }
 

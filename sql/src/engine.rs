@@ -41,8 +41,16 @@ pub struct Limits {
     pub max_row_bytes: usize,
     /// Largest statement text, and largest write command (bytes).
     pub max_statement_bytes: usize,
-    /// Largest COPY FROM payload committed as one command.
+    /// Largest COPY FROM payload held in memory and committed as one command (into a
+    /// table, in a transaction block, binary, or into a stream with a `dedup_key`), and the
+    /// most a staged COPY buffers while looking for a row's end.
     pub max_copy_bytes: usize,
+    /// A staged COPY (see `session/copy_from.rs`) is cut into chunks of about this much data.
+    pub copy_chunk_bytes: usize,
+    /// Largest COPY FROM staged in chunks.
+    pub max_staged_copy_bytes: u64,
+    /// A staged COPY with no chunk for this long is aborted (its client or node is gone).
+    pub copy_idle_timeout: std::time::Duration,
     /// Memory a running statement may reserve (see [`crate::memory`]); a session may
     /// lower it for itself (`SET max_statement_memory`).
     pub max_statement_memory: usize,
@@ -75,6 +83,9 @@ impl Default for Limits {
             max_row_bytes: 1 << 20,
             max_statement_bytes: 64 << 20,
             max_copy_bytes: 256 << 20,
+            copy_chunk_bytes: 8 << 20,
+            max_staged_copy_bytes: 1 << 40,
+            copy_idle_timeout: std::time::Duration::from_secs(600),
             max_statement_memory: memory,
             max_query_memory: crate::memory::default_query_memory(),
             max_spill_bytes: 2 * memory as u64,

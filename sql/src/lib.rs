@@ -56,7 +56,7 @@ pub mod views;
 
 pub use engine::{Engine, EngineConfig, Limits};
 pub use error::{Error, Result};
-pub use session::{Output, PendingCopy, Session, TxnStatus};
+pub use session::{CopyIn, Output, PendingCopy, Session, TxnStatus};
 
 /// The PostgreSQL version Sluice reports to clients.
 pub const SERVER_VERSION: &str = "16.6";

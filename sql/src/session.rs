@@ -53,7 +53,7 @@ mod append;
 mod backup;
 mod block_ddl;
 mod copy_from;
-pub use copy_from::{CopyTarget, PendingCopy};
+pub use copy_from::{CopyIn, CopyTarget, PendingCopy};
 mod cursor;
 mod ddl;
 mod describe;

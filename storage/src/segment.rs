@@ -195,6 +195,39 @@ impl SegmentFile {
         Ok(batch)
     }
 
+    /// The payload (Arrow IPC bytes) of the frame of `len` bytes at `position`, verified as
+    /// [`SegmentFile::read_batch`] verifies a whole frame, not decoded.
+    pub fn read_payload(&self, position: u64, len: u32, base_offset: u64) -> Result<Vec<u8>> {
+        let len = len as usize;
+        if len < HEADER_LEN {
+            return Err(Error::corrupt(
+                &self.path,
+                position,
+                format!("frame length {len} is shorter than a header"),
+            ));
+        }
+        let file_len = self.file.metadata().map_err(Error::io(&self.path))?.len();
+        if position.saturating_add(len as u64) > file_len {
+            return Err(Error::corrupt(
+                &self.path,
+                position,
+                format!("frame of {len} bytes runs past the end of the {file_len}-byte file"),
+            ));
+        }
+        let mut buf = vec![0u8; len];
+        self.read_at(&mut buf, position)?;
+        let header = self.check_header(&buf, position, len, base_offset)?;
+        if !frame::verify_checksum(&header, &buf[HEADER_LEN..]) {
+            return Err(Error::corrupt(
+                &self.path,
+                position,
+                "frame checksum mismatch".to_string(),
+            ));
+        }
+        buf.drain(..HEADER_LEN);
+        Ok(buf)
+    }
+
     /// The batch of `columns` read from the frame's head and those columns' ranges only,
     /// each piece verified against its checksum in `parts`; the body is zero where other
     /// columns lie and ends with the last column asked for. `None` when a sparse read does

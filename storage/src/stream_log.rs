@@ -116,6 +116,10 @@ struct Index {
     sealed: Vec<Segment>,
     active: Segment,
     first_offset: u64,
+    /// The offset the next appended row gets (frames written so far).
+    write_offset: u64,
+    /// Readers see offsets below this: `write_offset` except while frames appended with
+    /// [`StreamLog::append_unpublished`] wait for [`StreamLog::publish`].
     next_offset: u64,
     last_ts_micros: Option<i64>,
 }
@@ -306,6 +310,7 @@ impl StreamLog {
             sealed,
             active,
             first_offset: first_offset.min(next_offset),
+            write_offset: next_offset,
             next_offset,
             last_ts_micros,
         };
@@ -323,12 +328,29 @@ impl StreamLog {
     /// at `ts_micros`. Assigns offsets `next_offset..next_offset + rows` and
     /// returns the first. No fsync; see [`StreamLog::sync`].
     pub fn append(&self, ipc: &[u8], rows: u32, ts_micros: i64) -> Result<u64> {
+        self.append_frame(ipc, rows, ts_micros, true)
+    }
+
+    /// [`StreamLog::append`] without showing the frame to readers: frames appended this
+    /// way become visible together at the next [`StreamLog::publish`] (or at the next
+    /// plain append), so a batch of frames (a staged COPY's) is seen whole or not at all.
+    pub fn append_unpublished(&self, ipc: &[u8], rows: u32, ts_micros: i64) -> Result<u64> {
+        self.append_frame(ipc, rows, ts_micros, false)
+    }
+
+    /// Shows readers every frame appended so far.
+    pub fn publish(&self) {
+        let mut index = self.index.write();
+        index.next_offset = index.write_offset;
+    }
+
+    fn append_frame(&self, ipc: &[u8], rows: u32, ts_micros: i64, publish: bool) -> Result<u64> {
         let mut w = self.writer.lock();
         w.check()?;
         if w.active_len > 0 && w.active_len >= self.opts.segment_bytes {
             self.roll(&mut w).map_err(|e| w.poison(e))?;
         }
-        let base_offset = self.index.read().next_offset;
+        let base_offset = self.index.read().write_offset;
         let (Some(header), Ok(len)) = (
             frame::encode_header(base_offset, rows, ts_micros, ipc),
             u32::try_from(HEADER_LEN + ipc.len()),
@@ -359,14 +381,17 @@ impl StreamLog {
             },
             parts,
         );
-        index.next_offset = base_offset + u64::from(rows);
+        index.write_offset = base_offset + u64::from(rows);
+        if publish {
+            index.next_offset = index.write_offset;
+        }
         index.last_ts_micros = Some(ts_micros);
         Ok(base_offset)
     }
 
     /// Seals the active segment and starts a new one at `next_offset`.
     fn roll(&self, w: &mut Writer) -> Result<()> {
-        let base = self.index.read().next_offset;
+        let base = self.index.read().write_offset;
         let file = Arc::new(SegmentFile::create(&self.dir, base)?);
         debug!(path = %file.path().display(), "starting segment");
         let sealed = std::mem::replace(&mut w.active, Arc::clone(&file));
@@ -445,9 +470,16 @@ impl StreamLog {
         Ok(())
     }
 
-    /// The offset the next appended row gets.
+    /// The end of what readers see: the offset the next appended row gets, unless
+    /// unpublished frames wait (see [`StreamLog::append_unpublished`]).
     pub fn next_offset(&self) -> u64 {
         self.index.read().next_offset
+    }
+
+    /// The offset the next appended row gets, published or not: what the writer (the
+    /// state machine) predicts offsets from.
+    pub fn write_offset(&self) -> u64 {
+        self.index.read().write_offset
     }
 
     /// The first offset still retained.
@@ -520,6 +552,25 @@ impl StreamLog {
         self.read_columns(meta, None)
     }
 
+    /// The Arrow IPC bytes of the frame `meta` describes, verified against its checksum,
+    /// exactly as they were appended (a staged COPY's frames move into a stream this way,
+    /// without decoding).
+    pub fn read_payload(&self, meta: &BatchMeta) -> Result<Vec<u8>> {
+        let file = {
+            let index = self.index.read();
+            match index.segment(meta.segment_base) {
+                Some(segment) => Arc::clone(segment.file()),
+                None => {
+                    return Err(Error::OffsetTruncated {
+                        requested: meta.base_offset,
+                        first: index.first_offset,
+                    })
+                }
+            }
+        };
+        file.read_payload(meta.position, meta.len, meta.base_offset)
+    }
+
     /// [`StreamLog::read`] decoding only `columns` (ascending indices of the batch's
     /// columns) when given: the others are neither decompressed nor validated, and a column
     /// the batch predates is left out (the result holds the given columns the batch has, in
@@ -561,7 +612,7 @@ impl StreamLog {
         w.check()?;
         let (first_offset, doomed) = {
             let mut index = self.index.write();
-            let first_offset = index.first_offset.max(before).min(index.next_offset);
+            let first_offset = index.first_offset.max(before).min(index.write_offset);
             index.first_offset = first_offset;
             let n = index
                 .sealed
@@ -655,7 +706,7 @@ impl fmt::Debug for StreamLog {
         f.debug_struct("StreamLog")
             .field("dir", &self.dir)
             .field("first_offset", &index.first_offset)
-            .field("next_offset", &index.next_offset)
+            .field("write_offset", &index.write_offset)
             .field("segments", &(index.sealed.len() + 1))
             .finish()
     }

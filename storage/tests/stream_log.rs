@@ -146,6 +146,69 @@ fn append_and_read_back() {
     );
 }
 
+/// Frames appended unpublished (a staged COPY's commit) are invisible to readers — also
+/// across a segment rollover — until `publish` shows them all; the writer's offsets go on.
+#[test]
+fn unpublished_frames_appear_together_at_publish() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = StreamLog::create(dir.path(), opts(256)).expect("create");
+    append_all(&log, &[2]);
+    let mut bases = Vec::new();
+    for (i, rows) in [3u32, 4, 5].into_iter().enumerate() {
+        let base = log.write_offset();
+        bases.push(
+            log.append_unpublished(&ipc(base, rows), rows, 9_000 + i as i64)
+                .expect("append unpublished"),
+        );
+        assert_eq!(
+            log.next_offset(),
+            2,
+            "readers still end at the published offset"
+        );
+        assert_eq!(
+            log.batches(0, u64::MAX).len(),
+            1,
+            "only the published frame"
+        );
+        assert_eq!(
+            log.offset_at_ts(9_000),
+            2,
+            "a tail from the new frames' time waits"
+        );
+    }
+    assert_eq!(bases, vec![2, 5, 9]);
+    assert_eq!(log.write_offset(), 14);
+    assert!(log.segments().len() > 1, "the frames rolled over a segment");
+    // the payloads read back verbatim and verified
+    let copy = tempfile::tempdir().expect("tempdir");
+    let moved = StreamLog::create(copy.path(), StreamLogOptions::default()).expect("create");
+    log.publish();
+    assert_eq!(log.next_offset(), 14);
+    let metas = log.batches(0, u64::MAX);
+    assert_eq!(metas.len(), 4);
+    for meta in &metas {
+        assert_batch(&log.read(meta).expect("read"), meta.base_offset, meta.rows);
+        let payload = log.read_payload(meta).expect("payload");
+        moved
+            .append(&payload, meta.rows, meta.ts_micros)
+            .expect("append the payload");
+    }
+    for meta in moved.batches(0, u64::MAX) {
+        assert_batch(
+            &moved.read(&meta).expect("read"),
+            meta.base_offset,
+            meta.rows,
+        );
+    }
+    // a damaged payload is refused, not moved
+    let last = metas.last().expect("a frame");
+    let path = segment_path(dir.path(), last.segment_base);
+    let file = OpenOptions::new().write(true).open(&path).expect("open");
+    file.write_all_at(b"X", last.position + u64::from(last.len) - 3)
+        .expect("damage");
+    assert!(matches!(log.read_payload(last), Err(Error::Corrupt { .. })));
+}
+
 #[test]
 fn rollover_names_segments_by_base_offset_and_batches_prune() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -189,13 +189,6 @@ impl Session {
         stream: &Arc<Stream>,
         batch: &RecordBatch,
     ) -> Result<Option<Appended>> {
-        let compression = stream.def.options.compression.arrow();
-        let ipc = if *batch.schema() == *stream.user_schema {
-            crate::ipc::encode_ipc_with(stream.ipc_schema()?, batch, compression)?
-        } else {
-            let schema = crate::ipc::ipc_schema_message(&batch.schema())?;
-            crate::ipc::encode_ipc_with(&schema, batch, compression)?
-        };
         if stream.def.id >= LOCAL_ID_BASE && stream.def.options.dedup_key.is_some() {
             // its dedup index starts when the stream is committed
             return Err(block_catalog::new_stream_error(
@@ -203,20 +196,8 @@ impl Session {
                 "written (it has a dedup_key)",
             ));
         }
-        // what a reader decodes, not what compression made of it, is what the limit bounds
-        let size = match compression {
-            Some(_) => ipc.len().max(crate::ipc::batch_data_len(batch)),
-            None => ipc.len(),
-        };
+        let (ipc, size) = self.encode_append(stream, batch)?;
         let max = self.engine.limits.max_statement_bytes;
-        if size > max {
-            return Err(Error::new(
-                sqlstate::PROGRAM_LIMIT_EXCEEDED,
-                format!(
-                    "write of {size} bytes exceeds the maximum of {max} bytes per command (max_statement_bytes)"
-                ),
-            ));
-        }
         let op = Op {
             kind: Some(op::Kind::Append(Append {
                 stream: stream.name().to_string(),
@@ -257,6 +238,47 @@ impl Session {
         }
     }
 
+    /// A batch of `stream`'s user columns as an append carries it (Arrow IPC, with the
+    /// stream's compression), and its size as `max_statement_bytes` counts it: what a reader
+    /// decodes, not what compression made of it.
+    pub(super) fn encode_append(
+        &self,
+        stream: &Stream,
+        batch: &RecordBatch,
+    ) -> Result<(Vec<u8>, usize)> {
+        encode_append(stream, batch, self.engine.limits.max_statement_bytes)
+    }
+}
+
+/// [`Session::encode_append`] with the limit given (a staged COPY encodes off the session).
+pub(super) fn encode_append(
+    stream: &Stream,
+    batch: &RecordBatch,
+    max: usize,
+) -> Result<(Vec<u8>, usize)> {
+    let compression = stream.def.options.compression.arrow();
+    let ipc = if *batch.schema() == *stream.user_schema {
+        crate::ipc::encode_ipc_with(stream.ipc_schema()?, batch, compression)?
+    } else {
+        let schema = crate::ipc::ipc_schema_message(&batch.schema())?;
+        crate::ipc::encode_ipc_with(&schema, batch, compression)?
+    };
+    let size = match compression {
+        Some(_) => ipc.len().max(crate::ipc::batch_data_len(batch)),
+        None => ipc.len(),
+    };
+    if size > max {
+        return Err(Error::new(
+            sqlstate::PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "write of {size} bytes exceeds the maximum of {max} bytes per command (max_statement_bytes)"
+            ),
+        ));
+    }
+    Ok((ipc, size))
+}
+
+impl Session {
     /// `DELETE FROM s WHERE offset < n` drops a prefix; any other DELETE is refused.
     pub(super) async fn truncate_prefix(&mut self, d: &sqlparser::ast::Delete) -> Result<Output> {
         // a missing relation is 42P01 whatever the DELETE's shape

@@ -1,23 +1,46 @@
 //! `COPY r [(columns)] FROM STDIN`: the statement names the stream or table and
-//! its target columns ([`PendingCopy`]); the data, at most `max_copy_bytes`
-//! of it, arrives later through [`Session::finish_copy`] (or inline, for
-//! COPY given data in the statement). Every row is parsed and typed before
-//! any is written, so a bad line writes nothing; into a stream the rows become
-//! one append like an INSERT's ([`super::append`]), into a table one write of
-//! new rows like a plain INSERT's ([`super::dml`]: a key already present is 23505).
+//! its target columns ([`PendingCopy`]); the data arrives later, message by message, into
+//! a [`CopyIn`] ([`Session::copy_data`], then [`Session::copy_done`]), or inline, for COPY
+//! given data in the statement. A COPY is all or nothing: a bad line writes nothing.
+//!
+//! - Into a stream, outside a transaction block, in text or CSV (and without a
+//!   `dedup_key`): the data is cut at row boundaries into chunks of `copy_chunk_bytes`;
+//!   each chunk is parsed, typed and proposed as a `CopyChunk` op, staged on every replica
+//!   and invisible (see `apply/copies.rs`), and the last one goes with the `CopyCommit`
+//!   that shows every row at once. So a COPY of any size holds a few chunks in memory:
+//!   one being parsed, at most [`MAX_CHUNKS_IN_FLIGHT`] being encoded or replicated; the
+//!   next data is read from the client only when there is room (backpressure). A failure aborts what was staged; a client gone mid-COPY leaves a
+//!   copy that is aborted when it drops (or, a node gone, by the idle timeout). A COPY
+//!   that fits in one chunk is one append, as before.
+//! - Otherwise (a table, a block, binary, a dedup stream) the data, at most
+//!   `max_copy_bytes` of it, is parsed whole: into a stream one append like an INSERT's
+//!   ([`super::append`]), into a table one write of new rows like a plain INSERT's
+//!   ([`super::dml`]: a key already present is 23505).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use datafusion::scalar::ScalarValue;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 use super::append::target_columns;
+use super::transaction::Txn;
 use super::{Output, Session};
+use crate::block_catalog::LOCAL_ID_BASE;
 use crate::catalog::Stream;
+use crate::command::{op, CopyAbort, CopyChunk, CopyCommit, Op, OpOutcome};
 use crate::copy;
+use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
 use crate::insert;
 use crate::statement::{CopyFormat, CopyFrom};
 use crate::types::ColumnType;
+
+/// Chunks of one COPY encoded or proposed at a time (see [`CopyIn::in_flight`]): with one
+/// being parsed, about three chunks' worth of memory.
+const MAX_CHUNKS_IN_FLIGHT: usize = 2;
 
 /// A COPY FROM STDIN waiting for its data.
 #[derive(Debug, Clone)]
@@ -26,6 +49,110 @@ pub struct PendingCopy {
     /// Positions of the copied columns in the relation's user columns.
     pub targets: Vec<usize>,
     pub format: CopyFormat,
+    /// Its data may be staged in chunks (see the module's notes).
+    pub staged: bool,
+}
+
+/// A COPY FROM STDIN receiving its data (see the module's notes). Dropped with rows
+/// staged (the client went away), it aborts them.
+pub struct CopyIn {
+    pending: PendingCopy,
+    /// Data received and not yet staged (from a row's start).
+    buf: Vec<u8>,
+    /// The staged copy, once a chunk went.
+    copy_id: Option<u64>,
+    /// Chunks handed to tasks and not yet known applied, oldest first, at most
+    /// [`MAX_CHUNKS_IN_FLIGHT`]: each task encodes (compresses) its chunk while the next is
+    /// parsed, waits until the chunk before it is applied, then proposes it — so chunks
+    /// stage in order.
+    in_flight: VecDeque<JoinHandle<Result<Vec<OpOutcome>>>>,
+    /// What the newest task sends when its chunk is applied (or failed): the next task
+    /// waits for it.
+    last_applied: Option<oneshot::Receiver<Result<()>>>,
+    /// Rows and lines staged so far (for the tag and for error lines).
+    rows: u64,
+    lines: usize,
+    received: u64,
+    /// The first failure: the rest of the data is read and dropped, then it is reported.
+    failed: Option<Error>,
+    /// Set once a chunk is staged: what aborts it when the COPY is dropped.
+    engine: Option<Arc<Engine>>,
+}
+
+impl CopyIn {
+    pub fn new(pending: PendingCopy) -> CopyIn {
+        CopyIn {
+            pending,
+            buf: Vec::new(),
+            copy_id: None,
+            in_flight: VecDeque::new(),
+            last_applied: None,
+            rows: 0,
+            lines: 0,
+            received: 0,
+            failed: None,
+            engine: None,
+        }
+    }
+
+    /// Bytes of data received so far.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    fn fail(&mut self, e: Error) {
+        self.buf = Vec::new();
+        if self.failed.is_none() {
+            self.failed = Some(e);
+        }
+    }
+}
+
+impl Drop for CopyIn {
+    fn drop(&mut self) {
+        let Some(engine) = self.engine.take() else {
+            return;
+        };
+        let (known, in_flight) = (self.copy_id.take(), std::mem::take(&mut self.in_flight));
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the idle timeout ends it
+        };
+        runtime.spawn(async move {
+            let mut copy_id = known;
+            for handle in in_flight {
+                if let Ok(Ok(outcomes)) = handle.await {
+                    copy_id = copy_id.or_else(|| staged_id(&outcomes));
+                }
+            }
+            let Some(copy_id) = copy_id else {
+                return;
+            };
+            if let Err(e) = engine.propose(vec![abort_op(copy_id)]).await {
+                tracing::info!(copy = copy_id, "could not abort an unfinished COPY: {e}");
+            }
+        });
+    }
+}
+
+/// The copy a chunk's outcomes name.
+fn staged_id(outcomes: &[OpOutcome]) -> Option<u64> {
+    match outcomes.first() {
+        Some(OpOutcome::CopyStaged { copy_id }) => Some(*copy_id),
+        _ => None,
+    }
+}
+
+fn abort_op(copy_id: u64) -> Op {
+    Op {
+        kind: Some(op::Kind::CopyAbort(CopyAbort { copy_id })),
+    }
+}
+
+fn too_large(max: usize) -> Error {
+    Error::new(
+        sqlstate::PROGRAM_LIMIT_EXCEEDED,
+        format!("COPY data exceeds the maximum of {max} bytes (max_copy_bytes)"),
+    )
 }
 
 /// What a COPY FROM writes into: a stream (one append) or a table (inserted rows).
@@ -77,10 +204,20 @@ impl Session {
                 (CopyTarget::Stream(stream), targets)
             }
         };
+        let staged = match &target {
+            CopyTarget::Stream(s) => {
+                matches!(self.txn, Txn::Idle)
+                    && s.def.id < LOCAL_ID_BASE
+                    && s.def.options.dedup_key.is_none()
+                    && !matches!(c.format, CopyFormat::Binary)
+            }
+            CopyTarget::Table(_) => false,
+        };
         let pending = PendingCopy {
             target,
             targets,
             format: c.format.clone(),
+            staged,
         };
         match &c.inline {
             Some(data) => self.finish_copy(pending, data.as_bytes()).await,
@@ -94,29 +231,199 @@ impl Session {
         r.map_err(|e| self.fail_block(e))
     }
 
-    async fn finish_copy_inner(&mut self, copy: PendingCopy, data: &[u8]) -> Result<Output> {
-        if data.len() > self.engine.limits.max_copy_bytes {
-            return Err(Error::new(
+    /// Data of a COPY arrived: kept, or (a staged COPY with a chunk's worth) the whole rows
+    /// staged. A failure is kept in `copy` (what was staged is aborted) and reported by
+    /// [`Session::copy_done`]; the data after it is dropped.
+    pub async fn copy_data(&mut self, copy: &mut CopyIn, data: &[u8]) {
+        copy.received += data.len() as u64;
+        if copy.failed.is_some() {
+            return;
+        }
+        let limits = &self.engine.limits;
+        if copy.buf.len() + data.len() > limits.max_copy_bytes {
+            // a COPY held whole, or a row with no end in sight
+            copy.fail(too_large(limits.max_copy_bytes));
+            self.abort_staged(copy).await;
+            return;
+        }
+        if copy.received > limits.max_staged_copy_bytes {
+            copy.fail(Error::new(
                 sqlstate::PROGRAM_LIMIT_EXCEEDED,
                 format!(
-                    "COPY data exceeds the maximum of {} bytes (max_copy_bytes)",
-                    self.engine.limits.max_copy_bytes
+                    "COPY data exceeds the maximum of {} bytes (max_staged_copy_bytes)",
+                    limits.max_staged_copy_bytes
                 ),
             ));
+            self.abort_staged(copy).await;
+            return;
         }
-        if matches!(copy.format, CopyFormat::Binary) {
-            let rows = crate::binary::copy_rows(data)?;
-            let values = copy_values(&copy, rows, crate::binary::decode)?;
-            return self.append_copied(&copy, values).await;
+        copy.buf.extend_from_slice(data);
+        if !copy.pending.staged || copy.buf.len() < limits.copy_chunk_bytes {
+            return;
         }
-        let text = std::str::from_utf8(data).map_err(|_| {
-            Error::new(
-                sqlstate::CHARACTER_NOT_IN_REPERTOIRE,
-                "invalid byte sequence for encoding \"UTF8\"",
-            )
-        })?;
-        let rows = copy::parse_rows(text, &copy.format)?;
-        let values = copy_values(&copy, rows, |ty, text: String| ty.parse_text(&text))?;
+        let whole = copy::complete_rows_len(&copy.buf, &copy.pending.format);
+        if whole == 0 {
+            return;
+        }
+        if let Err(e) = self.stage(copy, whole, false).await {
+            copy.fail(e);
+            self.abort_staged(copy).await;
+        }
+    }
+
+    /// The client's CopyDone: the COPY commits (its last rows with it), or its failure is
+    /// reported.
+    pub async fn copy_done(&mut self, mut copy: CopyIn) -> Result<Output> {
+        if let Some(e) = copy.failed.take() {
+            return Err(self.fail_block(e));
+        }
+        if copy.copy_id.is_none() && copy.in_flight.is_empty() {
+            let data = std::mem::take(&mut copy.buf);
+            return self.finish_copy(copy.pending.clone(), &data).await;
+        }
+        let rest = copy.buf.len();
+        match self.stage(&mut copy, rest, true).await {
+            Ok(()) => {
+                copy.copy_id = None; // committed: nothing to abort
+                copy.engine = None;
+                Ok(Output::Tag(format!("COPY {}", copy.rows)))
+            }
+            Err(e) => {
+                self.abort_staged(&mut copy).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The client's CopyFail (or the end of the connection's COPY): what was staged goes.
+    pub async fn copy_fail(&mut self, mut copy: CopyIn) {
+        self.abort_staged(&mut copy).await;
+    }
+
+    async fn abort_staged(&mut self, copy: &mut CopyIn) {
+        // every chunk in flight ends first (failed or staged): the abort comes after them
+        while let Some(handle) = copy.in_flight.pop_front() {
+            if let Ok(Ok(outcomes)) = handle.await {
+                copy.copy_id = copy.copy_id.or_else(|| staged_id(&outcomes));
+            }
+        }
+        copy.last_applied = None;
+        if let Some(copy_id) = copy.copy_id.take() {
+            if let Err(e) = self.propose(vec![abort_op(copy_id)], 0, vec![]).await {
+                tracing::info!(copy = copy_id, "could not abort a failed COPY: {e}");
+            }
+        }
+    }
+
+    /// Stages the first `len` bytes of `copy`'s data (whole rows): parsed and typed here,
+    /// then encoded (compressed) and proposed by a task while the next chunk is parsed (see
+    /// [`CopyIn::in_flight`]). The first chunk is waited for (the rest name the copy it
+    /// starts). With `commit`, the last rows go with the commit once every chunk before
+    /// them is applied, and this waits for it.
+    async fn stage(&mut self, copy: &mut CopyIn, len: usize, commit: bool) -> Result<()> {
+        let CopyTarget::Stream(stream) = &copy.pending.target else {
+            return Err(Error::internal("only a COPY into a stream is staged"));
+        };
+        let stream = stream.clone();
+        let rest = copy.buf.split_off(len);
+        let data = std::mem::replace(&mut copy.buf, rest);
+        // parsed on the blocking pool: the connection's worker goes on serving the other
+        // connections and moving the chunks in flight
+        let (pending, first_line, rows_before) = (copy.pending.clone(), copy.lines + 1, copy.rows);
+        let max_row_bytes = self.engine.limits.max_row_bytes;
+        let parsed = tokio::task::spawn_blocking(move || {
+            let values = parse_values(&pending, &data, first_line, rows_before)?;
+            let lines = data.iter().filter(|&&b| b == b'\n').count();
+            let CopyTarget::Stream(stream) = &pending.target else {
+                return Err(Error::internal("only a COPY into a stream is staged"));
+            };
+            let n = values.len();
+            let batch = match n {
+                0 => None,
+                _ => Some(insert::build_batch(
+                    stream,
+                    &pending.targets,
+                    values,
+                    max_row_bytes,
+                )?),
+            };
+            Ok((batch, n, lines))
+        })
+        .await
+        .map_err(|e| Error::internal(format!("parsing a COPY chunk failed: {e}")))?;
+        let (batch, n, lines) = parsed?;
+        copy.lines += lines;
+        let bound = if commit || copy.copy_id.is_none() {
+            0
+        } else {
+            MAX_CHUNKS_IN_FLIGHT - 1
+        };
+        settle(copy, bound).await?;
+        copy.rows += n as u64;
+        let engine = self.engine.clone();
+        let chunk = CopyChunk {
+            copy_id: copy.copy_id.unwrap_or(0),
+            stream: stream.name().to_string(),
+            stream_id: stream.def.id,
+            ipc: Vec::new(),
+            rows: n as u32,
+            idle_timeout_ms: engine.limits.copy_idle_timeout.as_millis() as u64,
+        };
+        let max = engine.limits.max_statement_bytes;
+        if !commit {
+            let Some(batch) = batch else {
+                return Ok(());
+            };
+            copy.engine = Some(engine.clone());
+            let stream = stream.clone();
+            let before = copy.last_applied.take();
+            let (applied, next) = oneshot::channel();
+            copy.last_applied = Some(next);
+            copy.in_flight.push_back(tokio::spawn(async move {
+                let result = async {
+                    let op =
+                        tokio::task::spawn_blocking(move || chunk_op(&stream, &batch, chunk, max))
+                            .await
+                            .map_err(|e| {
+                                Error::internal(format!("encoding a COPY chunk failed: {e}"))
+                            })??;
+                    if let Some(before) = before {
+                        before.await.map_err(|_| {
+                            Error::internal("the COPY chunk before this one was lost")
+                        })??;
+                    }
+                    engine.propose(vec![op]).await
+                }
+                .await;
+                let _ = applied.send(result.as_ref().map(|_| ()).map_err(Error::clone));
+                result
+            }));
+            return Ok(());
+        }
+        let mut ops = Vec::with_capacity(2);
+        if let Some(batch) = &batch {
+            ops.push(chunk_op(&stream, batch, chunk, max)?);
+        }
+        if let Some(copy_id) = copy.copy_id {
+            ops.push(Op {
+                kind: Some(op::Kind::CopyCommit(CopyCommit {
+                    copy_id,
+                    stream: stream.name().to_string(),
+                    stream_id: stream.def.id,
+                })),
+            });
+        }
+        if !ops.is_empty() {
+            self.propose(ops, 0, vec![]).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish_copy_inner(&mut self, copy: PendingCopy, data: &[u8]) -> Result<Output> {
+        if data.len() > self.engine.limits.max_copy_bytes {
+            return Err(too_large(self.engine.limits.max_copy_bytes));
+        }
+        let values = parse_values(&copy, data, 1, 0)?;
         self.append_copied(&copy, values).await
     }
 
@@ -145,14 +452,73 @@ impl Session {
     }
 }
 
+/// A chunk's op: its rows encoded as an append of `stream` carries them.
+fn chunk_op(stream: &Stream, batch: &RecordBatch, chunk: CopyChunk, max: usize) -> Result<Op> {
+    let (ipc, _) = super::append::encode_append(stream, batch, max)?;
+    Ok(Op {
+        kind: Some(op::Kind::CopyChunk(CopyChunk { ipc, ..chunk })),
+    })
+}
+
+/// Waits until at most `bound` chunks are in flight (oldest first), learning the copy's id
+/// from the first chunk.
+async fn settle(copy: &mut CopyIn, bound: usize) -> Result<()> {
+    while copy.in_flight.len() > bound {
+        let Some(handle) = copy.in_flight.pop_front() else {
+            break;
+        };
+        let outcomes = handle
+            .await
+            .map_err(|e| Error::internal(format!("a COPY chunk's proposal failed: {e}")))??;
+        if copy.copy_id.is_none() {
+            copy.copy_id = staged_id(&outcomes);
+        }
+    }
+    if copy.in_flight.is_empty() {
+        copy.last_applied = None;
+    }
+    Ok(())
+}
+
+/// Typed rows from a piece of COPY data that starts at line `first_line` after `rows_before`
+/// rows.
+fn parse_values(
+    copy: &PendingCopy,
+    data: &[u8],
+    first_line: usize,
+    rows_before: u64,
+) -> Result<Vec<Vec<ScalarValue>>> {
+    if matches!(copy.format, CopyFormat::Binary) {
+        let rows = crate::binary::copy_rows(data)?;
+        return copy_values(copy, rows, rows_before, crate::binary::decode);
+    }
+    let text = std::str::from_utf8(data).map_err(|_| {
+        Error::new(
+            sqlstate::CHARACTER_NOT_IN_REPERTOIRE,
+            "invalid byte sequence for encoding \"UTF8\"",
+        )
+    })?;
+    let rows = copy::parse_rows_at(text, &copy.format, first_line)?;
+    copy_values(copy, rows, rows_before, |ty, text: String| {
+        ty.parse_text(&text)
+    })
+}
+
 /// Typed rows from COPY fields (`None` = NULL), decoded per format; an
-/// error names the COPY line.
+/// error names the COPY line (rows counted from `rows_before`).
 fn copy_values<F>(
     copy: &PendingCopy,
     rows: Vec<Vec<Option<F>>>,
+    rows_before: u64,
     decode: impl Fn(ColumnType, F) -> Result<ScalarValue>,
 ) -> Result<Vec<Vec<ScalarValue>>> {
-    let line = |i: usize| format!("COPY {}, line {}", copy.target.name(), i + 1);
+    let line = |i: usize| {
+        format!(
+            "COPY {}, line {}",
+            copy.target.name(),
+            rows_before + i as u64 + 1
+        )
+    };
     rows.into_iter()
         .enumerate()
         .map(|(i, row)| {
