@@ -84,7 +84,7 @@ impl Default for Limits {
             max_statement_bytes: 64 << 20,
             max_copy_bytes: 256 << 20,
             copy_chunk_bytes: 8 << 20,
-            max_staged_copy_bytes: 1 << 40,
+            max_staged_copy_bytes: 64 << 30,
             copy_idle_timeout: std::time::Duration::from_secs(600),
             max_statement_memory: memory,
             max_query_memory: crate::memory::default_query_memory(),

@@ -612,7 +612,7 @@ impl StreamLog {
         w.check()?;
         let (first_offset, doomed) = {
             let mut index = self.index.write();
-            let first_offset = index.first_offset.max(before).min(index.write_offset);
+            let first_offset = index.first_offset.max(before).min(index.next_offset);
             index.first_offset = first_offset;
             let n = index
                 .sealed

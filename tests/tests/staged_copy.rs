@@ -425,3 +425,75 @@ async fn a_staged_copy_commits_or_vanishes_on_every_node() {
         wait_staged(cluster.data_dir(id), 0, "after the commit").await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_that_grow_when_typed_are_cut_again() {
+    // a chunk of text may type into many times its size: NULLs and short numbers into
+    // bigint take 8 bytes each; 256 KiB of ",,,,,,,\n" is 2 MiB typed, over the 1 MiB a
+    // command may carry
+    let server = Server::start_with(&[
+        "--max-statement-bytes",
+        "1048576",
+        "--copy-chunk-bytes",
+        "262144",
+    ])
+    .await;
+    let client = server.client().await;
+    exec(
+        &client,
+        "CREATE STREAM w (a bigint, b bigint, c bigint, d bigint, e bigint, f bigint, g bigint, \
+         h bigint) WITH (compression = 'none')",
+    )
+    .await;
+    let n: u64 = 100_000;
+    let mut data = String::new();
+    for i in 0..n {
+        if i % 100 == 0 {
+            data.push_str(&format!("{i},1,2,3,4,5,6,7\n"));
+        } else {
+            data.push_str(",,,,,,,\n");
+        }
+    }
+    let sink = client
+        .copy_in("COPY w FROM STDIN WITH (FORMAT csv)")
+        .await
+        .expect("COPY FROM");
+    futures::pin_mut!(sink);
+    // one message of it all: the session cuts it into chunks itself
+    sink.send(bytes::Bytes::from(data))
+        .await
+        .expect("COPY data");
+    assert_eq!(sink.finish().await.expect("COPY"), n);
+    let rows = text_rows(&client, "SELECT count(*), count(a), sum(a), sum(h) FROM w").await;
+    let sum: u64 = (0..n).step_by(100).sum();
+    assert_eq!(
+        rows[0],
+        vec![
+            n.to_string(),
+            (n / 100).to_string(),
+            sum.to_string(),
+            (7 * n / 100).to_string()
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_marker_ends_a_staged_copy_as_it_ends_a_small_one() {
+    let server = Server::start_with(&["--copy-chunk-bytes", CHUNK]).await;
+    let client = server.client().await;
+    // `\.` ends the data, also in a COPY staged in chunks: what follows is not loaded
+    exec(
+        &client,
+        "CREATE STREAM h (customer text, amount numeric(12,2), payload text)",
+    )
+    .await;
+    let mut data = csv_rows(0, ROWS);
+    data.push_str("\\.\n");
+    data.push_str(&csv_rows(ROWS, ROWS));
+    let copied = copy_csv(&client, &data)
+        .await
+        .expect("COPY with an end marker");
+    assert_eq!(copied, ROWS);
+    assert_eq!(count(&client).await, ROWS);
+    assert_eq!(staged(server.data_dir()), Vec::<String>::new());
+}

@@ -30,7 +30,7 @@ use super::transaction::Txn;
 use super::{Output, Session};
 use crate::block_catalog::LOCAL_ID_BASE;
 use crate::catalog::Stream;
-use crate::command::{op, CopyAbort, CopyChunk, CopyCommit, Op, OpOutcome};
+use crate::command::{op, Append, CopyAbort, CopyChunk, CopyCommit, Op, OpOutcome};
 use crate::copy;
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
@@ -65,7 +65,7 @@ pub struct CopyIn {
     /// [`MAX_CHUNKS_IN_FLIGHT`]: each task encodes (compresses) its chunk while the next is
     /// parsed, waits until the chunk before it is applied, then proposes it — so chunks
     /// stage in order.
-    in_flight: VecDeque<JoinHandle<Result<Vec<OpOutcome>>>>,
+    in_flight: VecDeque<JoinHandle<Result<Option<u64>>>>,
     /// What the newest task sends when its chunk is applied (or failed): the next task
     /// waits for it.
     last_applied: Option<oneshot::Receiver<Result<()>>>,
@@ -75,6 +75,10 @@ pub struct CopyIn {
     received: u64,
     /// The first failure: the rest of the data is read and dropped, then it is reported.
     failed: Option<Error>,
+    /// The end-of-data marker was read: the rest of the data is dropped.
+    ended: bool,
+    /// A row longer than a chunk is looked for again once the buffer reaches this length.
+    next_look: usize,
     /// Set once a chunk is staged: what aborts it when the COPY is dropped.
     engine: Option<Arc<Engine>>,
 }
@@ -91,6 +95,8 @@ impl CopyIn {
             lines: 0,
             received: 0,
             failed: None,
+            ended: false,
+            next_look: 0,
             engine: None,
         }
     }
@@ -120,8 +126,8 @@ impl Drop for CopyIn {
         runtime.spawn(async move {
             let mut copy_id = known;
             for handle in in_flight {
-                if let Ok(Ok(outcomes)) = handle.await {
-                    copy_id = copy_id.or_else(|| staged_id(&outcomes));
+                if let Ok(Ok(staged)) = handle.await {
+                    copy_id = copy_id.or(staged);
                 }
             }
             let Some(copy_id) = copy_id else {
@@ -236,7 +242,7 @@ impl Session {
     /// [`Session::copy_done`]; the data after it is dropped.
     pub async fn copy_data(&mut self, copy: &mut CopyIn, data: &[u8]) {
         copy.received += data.len() as u64;
-        if copy.failed.is_some() {
+        if copy.failed.is_some() || copy.ended {
             return;
         }
         let limits = &self.engine.limits;
@@ -258,16 +264,30 @@ impl Session {
             return;
         }
         copy.buf.extend_from_slice(data);
-        if !copy.pending.staged || copy.buf.len() < limits.copy_chunk_bytes {
+        if !copy.pending.staged {
             return;
         }
-        let whole = copy::complete_rows_len(&copy.buf, &copy.pending.format);
-        if whole == 0 {
-            return;
-        }
-        if let Err(e) = self.stage(copy, whole, false).await {
-            copy.fail(e);
-            self.abort_staged(copy).await;
+        let chunk = limits.copy_chunk_bytes;
+        while !copy.ended && copy.buf.len() >= chunk {
+            // whole rows of at most a chunk (a message may bring many chunks)
+            let mut whole = copy::complete_rows_len(&copy.buf[..chunk], &copy.pending.format);
+            if whole == 0 {
+                // a row longer than a chunk: looked for again each time another chunk came
+                if copy.buf.len() < copy.next_look {
+                    return;
+                }
+                whole = copy::complete_rows_len(&copy.buf, &copy.pending.format);
+                if whole == 0 {
+                    copy.next_look = copy.buf.len() + chunk;
+                    return;
+                }
+            }
+            copy.next_look = 0;
+            if let Err(e) = self.stage(copy, whole, false).await {
+                copy.fail(e);
+                self.abort_staged(copy).await;
+                return;
+            }
         }
     }
 
@@ -277,7 +297,7 @@ impl Session {
         if let Some(e) = copy.failed.take() {
             return Err(self.fail_block(e));
         }
-        if copy.copy_id.is_none() && copy.in_flight.is_empty() {
+        if !copy.pending.staged {
             let data = std::mem::take(&mut copy.buf);
             return self.finish_copy(copy.pending.clone(), &data).await;
         }
@@ -303,8 +323,8 @@ impl Session {
     async fn abort_staged(&mut self, copy: &mut CopyIn) {
         // every chunk in flight ends first (failed or staged): the abort comes after them
         while let Some(handle) = copy.in_flight.pop_front() {
-            if let Ok(Ok(outcomes)) = handle.await {
-                copy.copy_id = copy.copy_id.or_else(|| staged_id(&outcomes));
+            if let Ok(Ok(staged)) = handle.await {
+                copy.copy_id = copy.copy_id.or(staged);
             }
         }
         copy.last_applied = None;
@@ -315,11 +335,12 @@ impl Session {
         }
     }
 
-    /// Stages the first `len` bytes of `copy`'s data (whole rows): parsed and typed here,
-    /// then encoded (compressed) and proposed by a task while the next chunk is parsed (see
-    /// [`CopyIn::in_flight`]). The first chunk is waited for (the rest name the copy it
-    /// starts). With `commit`, the last rows go with the commit once every chunk before
-    /// them is applied, and this waits for it.
+    /// Stages the first `len` bytes of `copy`'s data (whole rows): parsed and typed on the
+    /// blocking pool, then encoded (compressed) and proposed by a task while the next chunk
+    /// is parsed (see [`CopyIn::in_flight`]). The first chunk is waited for (the rest name
+    /// the copy it starts). With `commit`, the last rows go with the commit once every
+    /// chunk before them is applied, and this waits for it; a COPY that never staged a
+    /// chunk and fits in one command is one append.
     async fn stage(&mut self, copy: &mut CopyIn, len: usize, commit: bool) -> Result<()> {
         let CopyTarget::Stream(stream) = &copy.pending.target else {
             return Err(Error::internal("only a COPY into a stream is staged"));
@@ -327,12 +348,11 @@ impl Session {
         let stream = stream.clone();
         let rest = copy.buf.split_off(len);
         let data = std::mem::replace(&mut copy.buf, rest);
-        // parsed on the blocking pool: the connection's worker goes on serving the other
-        // connections and moving the chunks in flight
+        // the connection's worker goes on serving the other connections meanwhile
         let (pending, first_line, rows_before) = (copy.pending.clone(), copy.lines + 1, copy.rows);
         let max_row_bytes = self.engine.limits.max_row_bytes;
         let parsed = tokio::task::spawn_blocking(move || {
-            let values = parse_values(&pending, &data, first_line, rows_before)?;
+            let (values, ended) = parse_values(&pending, &data, first_line, rows_before)?;
             let lines = data.iter().filter(|&&b| b == b'\n').count();
             let CopyTarget::Stream(stream) = &pending.target else {
                 return Err(Error::internal("only a COPY into a stream is staged"));
@@ -347,12 +367,16 @@ impl Session {
                     max_row_bytes,
                 )?),
             };
-            Ok((batch, n, lines))
+            Ok((batch, n, lines, ended))
         })
         .await
         .map_err(|e| Error::internal(format!("parsing a COPY chunk failed: {e}")))?;
-        let (batch, n, lines) = parsed?;
+        let (batch, n, lines, ended) = parsed?;
         copy.lines += lines;
+        if ended {
+            copy.ended = true;
+            copy.buf = Vec::new();
+        }
         let bound = if commit || copy.copy_id.is_none() {
             0
         } else {
@@ -360,62 +384,29 @@ impl Session {
         };
         settle(copy, bound).await?;
         copy.rows += n as u64;
-        let engine = self.engine.clone();
-        let chunk = CopyChunk {
-            copy_id: copy.copy_id.unwrap_or(0),
-            stream: stream.name().to_string(),
-            stream_id: stream.def.id,
-            ipc: Vec::new(),
-            rows: n as u32,
-            idle_timeout_ms: engine.limits.copy_idle_timeout.as_millis() as u64,
+        let rows = StagedRows {
+            engine: self.engine.clone(),
+            stream,
+            batch,
+            copy_id: copy.copy_id,
+            commit,
         };
-        let max = engine.limits.max_statement_bytes;
-        if !commit {
-            let Some(batch) = batch else {
-                return Ok(());
-            };
-            copy.engine = Some(engine.clone());
-            let stream = stream.clone();
-            let before = copy.last_applied.take();
-            let (applied, next) = oneshot::channel();
-            copy.last_applied = Some(next);
-            copy.in_flight.push_back(tokio::spawn(async move {
-                let result = async {
-                    let op =
-                        tokio::task::spawn_blocking(move || chunk_op(&stream, &batch, chunk, max))
-                            .await
-                            .map_err(|e| {
-                                Error::internal(format!("encoding a COPY chunk failed: {e}"))
-                            })??;
-                    if let Some(before) = before {
-                        before.await.map_err(|_| {
-                            Error::internal("the COPY chunk before this one was lost")
-                        })??;
-                    }
-                    engine.propose(vec![op]).await
-                }
-                .await;
-                let _ = applied.send(result.as_ref().map(|_| ()).map_err(Error::clone));
-                result
-            }));
+        if commit {
+            rows.propose(None).await?;
             return Ok(());
         }
-        let mut ops = Vec::with_capacity(2);
-        if let Some(batch) = &batch {
-            ops.push(chunk_op(&stream, batch, chunk, max)?);
+        if rows.batch.is_none() {
+            return Ok(());
         }
-        if let Some(copy_id) = copy.copy_id {
-            ops.push(Op {
-                kind: Some(op::Kind::CopyCommit(CopyCommit {
-                    copy_id,
-                    stream: stream.name().to_string(),
-                    stream_id: stream.def.id,
-                })),
-            });
-        }
-        if !ops.is_empty() {
-            self.propose(ops, 0, vec![]).await?;
-        }
+        copy.engine = Some(self.engine.clone());
+        let before = copy.last_applied.take();
+        let (applied, next) = oneshot::channel();
+        copy.last_applied = Some(next);
+        copy.in_flight.push_back(tokio::spawn(async move {
+            let result = rows.propose(before).await;
+            let _ = applied.send(result.as_ref().map(|_| ()).map_err(Error::clone));
+            result
+        }));
         Ok(())
     }
 
@@ -423,7 +414,7 @@ impl Session {
         if data.len() > self.engine.limits.max_copy_bytes {
             return Err(too_large(self.engine.limits.max_copy_bytes));
         }
-        let values = parse_values(&copy, data, 1, 0)?;
+        let (values, _) = parse_values(&copy, data, 1, 0)?;
         self.append_copied(&copy, values).await
     }
 
@@ -452,12 +443,125 @@ impl Session {
     }
 }
 
-/// A chunk's op: its rows encoded as an append of `stream` carries them.
-fn chunk_op(stream: &Stream, batch: &RecordBatch, chunk: CopyChunk, max: usize) -> Result<Op> {
-    let (ipc, _) = super::append::encode_append(stream, batch, max)?;
-    Ok(Op {
-        kind: Some(op::Kind::CopyChunk(CopyChunk { ipc, ..chunk })),
-    })
+/// Rows of a staged COPY on their way into the log (see [`Session::stage`]).
+struct StagedRows {
+    engine: Arc<Engine>,
+    stream: Arc<Stream>,
+    batch: Option<RecordBatch>,
+    /// The copy they continue (`None`: they start one).
+    copy_id: Option<u64>,
+    /// The copy's last rows: its commit goes with them.
+    commit: bool,
+}
+
+impl StagedRows {
+    /// Encodes the rows, waits until the chunk `before` them is applied, and proposes them:
+    /// as `CopyChunk`s of at most half of `max_statement_bytes` each (data that grew when
+    /// typed is cut again), the last one with the commit when `commit`. A copy that
+    /// staged nothing before and fits in one command is one `Append`. Returns the copy.
+    async fn propose(self, before: Option<oneshot::Receiver<Result<()>>>) -> Result<Option<u64>> {
+        let StagedRows {
+            engine,
+            stream,
+            batch,
+            mut copy_id,
+            commit,
+        } = self;
+        let max = engine.limits.max_statement_bytes;
+        let pieces = match batch {
+            Some(b) => fitting_pieces(&stream, b, max / 2)?,
+            None => Vec::new(),
+        };
+        let idle_timeout_ms = engine.limits.copy_idle_timeout.as_millis() as u64;
+        let count = pieces.len();
+        let mut before = before;
+        let mut committed = false;
+        for (i, piece) in pieces.into_iter().enumerate() {
+            let (s, rows) = (stream.clone(), piece.num_rows() as u32);
+            let (ipc, _) =
+                tokio::task::spawn_blocking(move || super::append::encode_append(&s, &piece, max))
+                    .await
+                    .map_err(|e| Error::internal(format!("encoding a COPY chunk failed: {e}")))??;
+            if let Some(before) = before.take() {
+                before
+                    .await
+                    .map_err(|_| Error::internal("the COPY chunk before this one was lost"))??;
+            }
+            let last = i + 1 == count;
+            let mut ops = Vec::with_capacity(2);
+            if commit && last && copy_id.is_none() {
+                // nothing staged: the whole COPY is this one append
+                ops.push(Op {
+                    kind: Some(op::Kind::Append(Append {
+                        stream: stream.name().to_string(),
+                        stream_id: stream.def.id,
+                        ipc,
+                        rows,
+                    })),
+                });
+                engine.propose(ops).await?;
+                return Ok(None);
+            }
+            ops.push(Op {
+                kind: Some(op::Kind::CopyChunk(CopyChunk {
+                    copy_id: copy_id.unwrap_or(0),
+                    stream: stream.name().to_string(),
+                    stream_id: stream.def.id,
+                    ipc,
+                    rows,
+                    idle_timeout_ms,
+                })),
+            });
+            if let (true, true, Some(id)) = (commit, last, copy_id) {
+                ops.push(commit_op(&stream, id));
+                committed = true;
+            }
+            let outcomes = engine.propose(ops).await?;
+            copy_id = copy_id.or_else(|| staged_id(&outcomes));
+        }
+        if let Some(before) = before {
+            before
+                .await
+                .map_err(|_| Error::internal("the COPY chunk before this one was lost"))??;
+        }
+        if let (true, false, Some(id)) = (commit, committed, copy_id) {
+            engine.propose(vec![commit_op(&stream, id)]).await?;
+        }
+        Ok(copy_id)
+    }
+}
+
+fn commit_op(stream: &Stream, copy_id: u64) -> Op {
+    Op {
+        kind: Some(op::Kind::CopyCommit(CopyCommit {
+            copy_id,
+            stream: stream.name().to_string(),
+            stream_id: stream.def.id,
+        })),
+    }
+}
+
+/// `batch` cut into pieces whose data takes at most `limit` bytes each (rows typed from a
+/// chunk of text may take several times its size: short numbers, NULLs), each compacted
+/// so that its size is its own.
+fn fitting_pieces(stream: &Stream, batch: RecordBatch, limit: usize) -> Result<Vec<RecordBatch>> {
+    let size = crate::ipc::batch_data_len(&batch);
+    let rows = batch.num_rows();
+    if size <= limit || rows <= 1 {
+        return Ok(vec![batch]);
+    }
+    let pieces = size.div_ceil(limit.max(1)).min(rows);
+    let per = rows.div_ceil(pieces);
+    (0..rows)
+        .step_by(per)
+        .map(|at| {
+            let slice = batch.slice(at, per.min(rows - at));
+            Ok(arrow::compute::concat_batches(
+                &stream.user_schema,
+                [&slice],
+            )?)
+        })
+        .collect()
 }
 
 /// Waits until at most `bound` chunks are in flight (oldest first), learning the copy's id
@@ -467,12 +571,10 @@ async fn settle(copy: &mut CopyIn, bound: usize) -> Result<()> {
         let Some(handle) = copy.in_flight.pop_front() else {
             break;
         };
-        let outcomes = handle
+        let staged = handle
             .await
             .map_err(|e| Error::internal(format!("a COPY chunk's proposal failed: {e}")))??;
-        if copy.copy_id.is_none() {
-            copy.copy_id = staged_id(&outcomes);
-        }
+        copy.copy_id = copy.copy_id.or(staged);
     }
     if copy.in_flight.is_empty() {
         copy.last_applied = None;
@@ -487,10 +589,13 @@ fn parse_values(
     data: &[u8],
     first_line: usize,
     rows_before: u64,
-) -> Result<Vec<Vec<ScalarValue>>> {
+) -> Result<(Vec<Vec<ScalarValue>>, bool)> {
     if matches!(copy.format, CopyFormat::Binary) {
         let rows = crate::binary::copy_rows(data)?;
-        return copy_values(copy, rows, rows_before, crate::binary::decode);
+        return Ok((
+            copy_values(copy, rows, rows_before, crate::binary::decode)?,
+            false,
+        ));
     }
     let text = std::str::from_utf8(data).map_err(|_| {
         Error::new(
@@ -498,10 +603,11 @@ fn parse_values(
             "invalid byte sequence for encoding \"UTF8\"",
         )
     })?;
-    let rows = copy::parse_rows_at(text, &copy.format, first_line)?;
-    copy_values(copy, rows, rows_before, |ty, text: String| {
+    let (rows, ended) = copy::parse_rows_until(text, &copy.format, first_line)?;
+    let values = copy_values(copy, rows, rows_before, |ty, text: String| {
         ty.parse_text(&text)
-    })
+    })?;
+    Ok((values, ended))
 }
 
 /// Typed rows from COPY fields (`None` = NULL), decoded per format; an
