@@ -46,6 +46,18 @@ async fn copy_csv(client: &Client, data: &str) -> Result<u64, tokio_postgres::Er
     sink.finish().await
 }
 
+/// A server started with `args`, a client of it, and the stream `h` the COPYs go into.
+async fn server_with_h(args: &[&str]) -> (Server, Client) {
+    let server = Server::start_with(args).await;
+    let client = server.client().await;
+    exec(
+        &client,
+        "CREATE STREAM h (customer text, amount numeric(12,2), payload text)",
+    )
+    .await;
+    (server, client)
+}
+
 async fn count(client: &Client) -> u64 {
     let rows = text_rows(client, "SELECT count(*) FROM h").await;
     rows[0][0].parse().expect("a count")
@@ -113,14 +125,8 @@ async fn finish_raw(w: &mut Wire, data: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_copy_is_staged_and_appears_whole() {
     // checkpoints every few entries: the staged copy is in checkpoint records too
-    let mut server =
-        Server::start_with(&["--copy-chunk-bytes", CHUNK, "--checkpoint-entries", "3"]).await;
-    let client = server.client().await;
-    exec(
-        &client,
-        "CREATE STREAM h (customer text, amount numeric(12,2), payload text)",
-    )
-    .await;
+    let (mut server, client) =
+        server_with_h(&["--copy-chunk-bytes", CHUNK, "--checkpoint-entries", "3"]).await;
     let data = csv_rows(0, ROWS);
 
     // staged while it runs: files under the data directory, nothing in the stream
@@ -198,13 +204,7 @@ async fn a_large_copy_is_staged_and_appears_whole() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_that_fails_late_or_is_cancelled_leaves_nothing() {
-    let server = Server::start_with(&["--copy-chunk-bytes", CHUNK]).await;
-    let client = server.client().await;
-    exec(
-        &client,
-        "CREATE STREAM h (customer text, amount numeric(12,2), payload text)",
-    )
-    .await;
+    let (server, client) = server_with_h(&["--copy-chunk-bytes", CHUNK]).await;
     // a bad row after ~20 staged chunks
     let mut data = csv_rows(0, ROWS);
     data.push_str("c1,not a number,\"x\"\n");
@@ -286,7 +286,7 @@ async fn a_copy_that_fails_late_or_is_cancelled_leaves_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_during_a_copy_recovers_with_nothing_of_it() {
-    let mut server = Server::start_with(&[
+    let (mut server, client) = server_with_h(&[
         "--copy-chunk-bytes",
         CHUNK,
         "--checkpoint-entries",
@@ -294,12 +294,6 @@ async fn a_server_killed_during_a_copy_recovers_with_nothing_of_it() {
         "--copy-idle-timeout",
         "1s",
     ])
-    .await;
-    let client = server.client().await;
-    exec(
-        &client,
-        "CREATE STREAM h (customer text, amount numeric(12,2), payload text)",
-    )
     .await;
     exec(&client, "INSERT INTO h VALUES ('before', 1, 'x')").await;
     let data = csv_rows(0, ROWS);
@@ -322,14 +316,8 @@ async fn a_server_killed_during_a_copy_recovers_with_nothing_of_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_idle_past_its_timeout_is_dropped_and_says_so() {
-    let server =
-        Server::start_with(&["--copy-chunk-bytes", CHUNK, "--copy-idle-timeout", "1s"]).await;
-    let client = server.client().await;
-    exec(
-        &client,
-        "CREATE STREAM h (customer text, amount numeric(12,2), payload text)",
-    )
-    .await;
+    let (server, client) =
+        server_with_h(&["--copy-chunk-bytes", CHUNK, "--copy-idle-timeout", "1s"]).await;
     let data = csv_rows(0, ROWS);
     let mut w = half_a_copy(server.port(), &data).await;
     wait_staged(server.data_dir(), 1, "half a COPY").await;
@@ -479,14 +467,8 @@ async fn rows_that_grow_when_typed_are_cut_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_end_marker_ends_a_staged_copy_as_it_ends_a_small_one() {
-    let server = Server::start_with(&["--copy-chunk-bytes", CHUNK]).await;
-    let client = server.client().await;
     // `\.` ends the data, also in a COPY staged in chunks: what follows is not loaded
-    exec(
-        &client,
-        "CREATE STREAM h (customer text, amount numeric(12,2), payload text)",
-    )
-    .await;
+    let (server, client) = server_with_h(&["--copy-chunk-bytes", CHUNK]).await;
     let mut data = csv_rows(0, ROWS);
     data.push_str("\\.\n");
     data.push_str(&csv_rows(ROWS, ROWS));
