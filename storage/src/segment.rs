@@ -152,21 +152,7 @@ impl SegmentFile {
         columns: Option<&[usize]>,
         parts: Option<&Parts>,
     ) -> Result<RecordBatch> {
-        let corrupt = |detail: String| Error::corrupt(&self.path, position, detail);
-        let len = len as usize;
-        if len < HEADER_LEN {
-            return Err(corrupt(format!(
-                "frame length {len} is shorter than a header"
-            )));
-        }
-        // The index is verified against the file at recovery, but the file may have shrunk
-        // since (or the caller's entry is wrong): never allocate for bytes that are not there.
-        let file_len = self.file.metadata().map_err(Error::io(&self.path))?.len();
-        if position.saturating_add(len as u64) > file_len {
-            return Err(corrupt(format!(
-                "frame of {len} bytes runs past the end of the {file_len}-byte file"
-            )));
-        }
+        let len = self.check_extent(position, len)?;
         if let (Some(columns), Some(parts)) = (columns, parts) {
             if parts.frame_len() as usize == len {
                 if let Some(batch) = self.read_parts(position, base_offset, columns, parts)? {
@@ -174,12 +160,7 @@ impl SegmentFile {
                 }
             }
         }
-        let mut buf = vec![0u8; len];
-        self.read_at(&mut buf, position)?;
-        let header = self.check_header(&buf, position, len, base_offset)?;
-        if !frame::verify_checksum(&header, &buf[HEADER_LEN..]) {
-            return Err(corrupt("frame checksum mismatch".to_string()));
-        }
+        let (header, buf) = self.read_verified(position, len, base_offset)?;
         let ipc = Buffer::from_vec(buf).slice(HEADER_LEN);
         let batch = match columns.map(|c| frame::decode_columns(&ipc, c)) {
             Some(Some(decoded)) => decoded?,
@@ -198,22 +179,40 @@ impl SegmentFile {
     /// The payload (Arrow IPC bytes) of the frame of `len` bytes at `position`, verified as
     /// [`SegmentFile::read_batch`] verifies a whole frame, not decoded.
     pub fn read_payload(&self, position: u64, len: u32, base_offset: u64) -> Result<Vec<u8>> {
+        let len = self.check_extent(position, len)?;
+        let (_, mut buf) = self.read_verified(position, len, base_offset)?;
+        buf.drain(..HEADER_LEN);
+        Ok(buf)
+    }
+
+    /// `len` as a size, once it holds a header and lies within the file: the index is
+    /// verified against the file at recovery, but the file may have shrunk since (or the
+    /// caller's entry is wrong), and nothing is allocated for bytes that are not there.
+    fn check_extent(&self, position: u64, len: u32) -> Result<usize> {
+        let corrupt = |detail: String| Error::corrupt(&self.path, position, detail);
         let len = len as usize;
         if len < HEADER_LEN {
-            return Err(Error::corrupt(
-                &self.path,
-                position,
-                format!("frame length {len} is shorter than a header"),
-            ));
+            return Err(corrupt(format!(
+                "frame length {len} is shorter than a header"
+            )));
         }
         let file_len = self.file.metadata().map_err(Error::io(&self.path))?.len();
         if position.saturating_add(len as u64) > file_len {
-            return Err(Error::corrupt(
-                &self.path,
-                position,
-                format!("frame of {len} bytes runs past the end of the {file_len}-byte file"),
-            ));
+            return Err(corrupt(format!(
+                "frame of {len} bytes runs past the end of the {file_len}-byte file"
+            )));
         }
+        Ok(len)
+    }
+
+    /// The whole frame of `len` bytes at `position` (header included), checked against the
+    /// index and its checksum.
+    fn read_verified(
+        &self,
+        position: u64,
+        len: usize,
+        base_offset: u64,
+    ) -> Result<(frame::FrameHeader, Vec<u8>)> {
         let mut buf = vec![0u8; len];
         self.read_at(&mut buf, position)?;
         let header = self.check_header(&buf, position, len, base_offset)?;
@@ -224,8 +223,7 @@ impl SegmentFile {
                 "frame checksum mismatch".to_string(),
             ));
         }
-        buf.drain(..HEADER_LEN);
-        Ok(buf)
+        Ok((header, buf))
     }
 
     /// The batch of `columns` read from the frame's head and those columns' ranges only,

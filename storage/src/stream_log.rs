@@ -556,19 +556,28 @@ impl StreamLog {
     /// exactly as they were appended (a staged COPY's frames move into a stream this way,
     /// without decoding).
     pub fn read_payload(&self, meta: &BatchMeta) -> Result<Vec<u8>> {
-        let file = {
-            let index = self.index.read();
-            match index.segment(meta.segment_base) {
-                Some(segment) => Arc::clone(segment.file()),
-                None => {
-                    return Err(Error::OffsetTruncated {
-                        requested: meta.base_offset,
-                        first: index.first_offset,
-                    })
-                }
-            }
-        };
+        let (file, _) = self.frame_file(meta, false)?;
         file.read_payload(meta.position, meta.len, meta.base_offset)
+    }
+
+    /// The file holding the frame `meta` describes, and its parts when `with_parts`;
+    /// [`Error::OffsetTruncated`] if its segment has been deleted.
+    fn frame_file(
+        &self,
+        meta: &BatchMeta,
+        with_parts: bool,
+    ) -> Result<(Arc<SegmentFile>, Option<Arc<frame::Parts>>)> {
+        let index = self.index.read();
+        match index.segment(meta.segment_base) {
+            Some(segment) => Ok((
+                Arc::clone(segment.file()),
+                with_parts.then(|| segment.parts(meta.position)).flatten(),
+            )),
+            None => Err(Error::OffsetTruncated {
+                requested: meta.base_offset,
+                first: index.first_offset,
+            }),
+        }
     }
 
     /// [`StreamLog::read`] decoding only `columns` (ascending indices of the batch's
@@ -577,21 +586,7 @@ impl StreamLog {
     /// order). Of a large frame, only the bytes of those columns are read (each range
     /// verified by its own checksum), when they are at most half of it.
     pub fn read_columns(&self, meta: &BatchMeta, columns: Option<&[usize]>) -> Result<RecordBatch> {
-        let (file, parts) = {
-            let index = self.index.read();
-            match index.segment(meta.segment_base) {
-                Some(segment) => (
-                    Arc::clone(segment.file()),
-                    columns.and_then(|_| segment.parts(meta.position)),
-                ),
-                None => {
-                    return Err(Error::OffsetTruncated {
-                        requested: meta.base_offset,
-                        first: index.first_offset,
-                    })
-                }
-            }
-        };
+        let (file, parts) = self.frame_file(meta, columns.is_some())?;
         file.read_batch(
             meta.position,
             meta.len,

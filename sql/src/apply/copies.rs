@@ -144,30 +144,41 @@ impl Database {
     /// Checks a chunk before anything of its command applies; `stream` is the target's
     /// id as the command's earlier ops leave it.
     pub(super) fn validate_chunk(&self, c: &CopyChunk, stream: Option<u64>) -> Result<(), Error> {
-        check_target(stream, &c.stream, c.stream_id)?;
-        self.check_copy_target(&c.stream)?;
         match c.copy_id {
-            0 => Ok(()),
-            id => match self.copies.get(&id) {
-                Some(copy) if copy.stream_id == c.stream_id => Ok(()),
-                Some(_) => Err(Error::internal("a COPY chunk names another stream's copy")),
-                None => Err(discarded(id)),
-            },
+            0 => self.check_copy_target(&c.stream, c.stream_id, stream),
+            id => self.check_copy(id, &c.stream, c.stream_id, stream),
         }
     }
 
     /// Checks a commit before anything of its command applies.
     pub(super) fn validate_commit(&self, c: &CopyCommit, stream: Option<u64>) -> Result<(), Error> {
-        check_target(stream, &c.stream, c.stream_id)?;
-        self.check_copy_target(&c.stream)?;
-        match self.copies.get(&c.copy_id) {
-            Some(copy) if copy.stream_id == c.stream_id => Ok(()),
-            Some(_) => Err(Error::internal("a COPY commit names another stream's copy")),
-            None => Err(discarded(c.copy_id)),
+        self.check_copy(c.copy_id, &c.stream, c.stream_id, stream)
+    }
+
+    /// The copy `id` is open, into the stream `name` (`planned_id`; `current`: its id as the
+    /// command's earlier ops leave it).
+    fn check_copy(
+        &self,
+        id: u64,
+        name: &str,
+        planned_id: u64,
+        current: Option<u64>,
+    ) -> Result<(), Error> {
+        self.check_copy_target(name, planned_id, current)?;
+        match self.copies.get(&id) {
+            Some(copy) if copy.stream_id == planned_id => Ok(()),
+            Some(_) => Err(Error::internal("a COPY op names another stream's copy")),
+            None => Err(discarded(id)),
         }
     }
 
-    fn check_copy_target(&self, name: &str) -> Result<(), Error> {
+    fn check_copy_target(
+        &self,
+        name: &str,
+        planned_id: u64,
+        current: Option<u64>,
+    ) -> Result<(), Error> {
+        check_target(current, name, planned_id)?;
         match self.catalog.get(name) {
             Some(s) if s.def.options.dedup_key.is_some() => Err(Error::new(
                 sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -196,7 +196,7 @@ impl Session {
                 "written (it has a dedup_key)",
             ));
         }
-        let (ipc, size) = self.encode_append(stream, batch)?;
+        let (ipc, size) = encode_append(stream, batch, self.engine.limits.max_statement_bytes)?;
         let max = self.engine.limits.max_statement_bytes;
         let op = Op {
             kind: Some(op::Kind::Append(Append {
@@ -237,20 +237,11 @@ impl Session {
             _ => Err(Error::internal("append produced no outcome")),
         }
     }
-
-    /// A batch of `stream`'s user columns as an append carries it (Arrow IPC, with the
-    /// stream's compression), and its size as `max_statement_bytes` counts it: what a reader
-    /// decodes, not what compression made of it.
-    pub(super) fn encode_append(
-        &self,
-        stream: &Stream,
-        batch: &RecordBatch,
-    ) -> Result<(Vec<u8>, usize)> {
-        encode_append(stream, batch, self.engine.limits.max_statement_bytes)
-    }
 }
 
-/// [`Session::encode_append`] with the limit given (a staged COPY encodes off the session).
+/// A batch of `stream`'s user columns as an append carries it (Arrow IPC, with the stream's
+/// compression), and its size as `max_statement_bytes` (`max`) counts it: what a reader
+/// decodes, not what compression made of it.
 pub(super) fn encode_append(
     stream: &Stream,
     batch: &RecordBatch,

@@ -101,11 +101,6 @@ impl CopyIn {
         }
     }
 
-    /// Bytes of data received so far.
-    pub fn received(&self) -> u64 {
-        self.received
-    }
-
     fn fail(&mut self, e: Error) {
         self.buf = Vec::new();
         if self.failed.is_none() {
@@ -351,23 +346,21 @@ impl Session {
         // the connection's worker goes on serving the other connections meanwhile
         let (pending, first_line, rows_before) = (copy.pending.clone(), copy.lines + 1, copy.rows);
         let max_row_bytes = self.engine.limits.max_row_bytes;
+        let target = stream.clone();
         let parsed = tokio::task::spawn_blocking(move || {
             let (values, ended) = parse_values(&pending, &data, first_line, rows_before)?;
             let lines = data.iter().filter(|&&b| b == b'\n').count();
-            let CopyTarget::Stream(stream) = &pending.target else {
-                return Err(Error::internal("only a COPY into a stream is staged"));
-            };
             let n = values.len();
             let batch = match n {
                 0 => None,
                 _ => Some(insert::build_batch(
-                    stream,
+                    &target,
                     &pending.targets,
                     values,
                     max_row_bytes,
                 )?),
             };
-            Ok((batch, n, lines, ended))
+            Ok::<_, Error>((batch, n, lines, ended))
         })
         .await
         .map_err(|e| Error::internal(format!("parsing a COPY chunk failed: {e}")))?;
