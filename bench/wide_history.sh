@@ -111,6 +111,9 @@ for system in sluice postgres; do
     fi
   done
   echo "== $system: one \\copy of $bulk_bytes bytes" >&2
+  # each system starts with no dirty pages of the files written before it (the CSV files,
+  # the other system's data): their writeback would compete with its own writes
+  sync
   t0=$(now)
   "$psql" "$url" -Xqc "\\copy bulk (customer, amount, payload) FROM '$work/bulk.csv' WITH (FORMAT csv)"
   t1=$(now)
@@ -140,6 +143,7 @@ declare -A result
 for system in sluice postgres; do
   url=$sl; [ $system = postgres ] && url=$pg
   echo "== $system: load" >&2
+  sync
   t0=$(now)
   for f in "$work"/h*.csv; do
     "$psql" "$url" -Xqc "\\copy h (customer, amount, payload) FROM '$f' WITH (FORMAT csv)"

@@ -5,34 +5,39 @@
 //! line. A NULL is recognized before unescaping (text) or only when
 //! unquoted (CSV), as in PostgreSQL.
 
+use std::borrow::Cow;
+
 use crate::error::{sqlstate, Error, Result};
 use crate::statement::CopyFormat;
 
-/// Rows of fields (`None` = NULL).
-pub type Rows = Vec<Vec<Option<String>>>;
+/// A row's fields (`None` = NULL), borrowed from the data unless unescaping changed them.
+pub type Fields<'a> = Vec<Option<Cow<'a, str>>>;
+
+/// Rows of fields.
+pub type Rows<'a> = Vec<Fields<'a>>;
 
 /// Split a COPY payload into rows of fields (`None` = NULL).
-pub fn parse_rows(data: &str, format: &CopyFormat) -> Result<Vec<Vec<Option<String>>>> {
+pub fn parse_rows<'a>(data: &'a str, format: &CopyFormat) -> Result<Rows<'a>> {
     parse_rows_at(data, format, 1)
 }
 
 /// [`parse_rows`] of a piece of a COPY's data that starts at line `first_line` (errors name
 /// the line in the whole COPY); a CSV header is skipped only in the piece at line 1.
-pub fn parse_rows_at(
-    data: &str,
+pub fn parse_rows_at<'a>(
+    data: &'a str,
     format: &CopyFormat,
     first_line: usize,
-) -> Result<Vec<Vec<Option<String>>>> {
+) -> Result<Rows<'a>> {
     parse_rows_until(data, format, first_line).map(|(rows, _)| rows)
 }
 
 /// [`parse_rows_at`], and whether the piece holds the end-of-data marker (`\.` on a line of
 /// its own): nothing after it is data, in this piece or any later one.
-pub fn parse_rows_until(
-    data: &str,
+pub fn parse_rows_until<'a>(
+    data: &'a str,
     format: &CopyFormat,
     first_line: usize,
-) -> Result<(Rows, bool)> {
+) -> Result<(Rows<'a>, bool)> {
     match format {
         CopyFormat::Text { delimiter, null } => parse_text(data, *delimiter, null, first_line),
         CopyFormat::Csv {
@@ -41,15 +46,23 @@ pub fn parse_rows_until(
             escape,
             null,
             header,
-        } => parse_csv(
-            data,
-            *delimiter,
-            *quote,
-            *escape,
-            null,
-            *header && first_line == 1,
-            first_line,
-        ),
+        } => {
+            let one_byte = |c: char| u8::try_from(c).ok().filter(u8::is_ascii);
+            let (Some(delim), Some(quote), Some(escape)) =
+                (one_byte(*delimiter), one_byte(*quote), one_byte(*escape))
+            else {
+                return Err(Error::unsupported(
+                    "COPY delimiter, quote and escape must be single one-byte characters",
+                ));
+            };
+            let csv = Csv {
+                delim,
+                quote,
+                escape,
+                null,
+            };
+            csv.parse(data, *header && first_line == 1, first_line)
+        }
         CopyFormat::Binary => Err(Error::unsupported(
             "COPY FROM with FORMAT binary is not supported; use text or csv",
         )),
@@ -64,7 +77,7 @@ pub fn complete_rows_len(data: &[u8], format: &CopyFormat) -> usize {
     let end_after = |i: Option<usize>| i.map_or(0, |i| i + 1);
     match format {
         // a newline inside a text-format value is always escaped
-        CopyFormat::Text { .. } => end_after(data.iter().rposition(|&b| b == b'\n')),
+        CopyFormat::Text { .. } => end_after(memchr::memrchr(b'\n', data)),
         CopyFormat::Csv { quote, escape, .. } => {
             let (Ok(quote), Ok(escape)) = (u8::try_from(*quote), u8::try_from(*escape)) else {
                 return 0;
@@ -75,7 +88,9 @@ pub fn complete_rows_len(data: &[u8], format: &CopyFormat) -> usize {
             let mut quoted = false;
             let mut last = None;
             let mut i = 0;
-            while i < data.len() {
+            // only quotes, escapes and newlines matter: the bytes between are skipped
+            while let Some(at) = memchr::memchr3(quote, escape, b'\n', &data[i..]) {
+                i += at;
                 let b = data[i];
                 if quoted && b == escape && escape != quote && data.get(i + 1) == Some(&quote) {
                     i += 2;
@@ -95,7 +110,12 @@ pub fn complete_rows_len(data: &[u8], format: &CopyFormat) -> usize {
     }
 }
 
-fn parse_text(data: &str, delim: char, null: &str, first_line: usize) -> Result<(Rows, bool)> {
+fn parse_text<'a>(
+    data: &'a str,
+    delim: char,
+    null: &str,
+    first_line: usize,
+) -> Result<(Rows<'a>, bool)> {
     let mut rows = Vec::new();
     let lines = data.split('\n').count();
     for (lineno, raw) in data.split('\n').enumerate() {
@@ -110,7 +130,7 @@ fn parse_text(data: &str, delim: char, null: &str, first_line: usize) -> Result<
             // no escapes: the fields are the text between delimiters
             let fields = line
                 .split(delim)
-                .map(|f| (f != null).then(|| f.to_string()))
+                .map(|f| (f != null).then_some(Cow::Borrowed(f)))
                 .collect();
             rows.push(fields);
             continue;
@@ -120,10 +140,10 @@ fn parse_text(data: &str, delim: char, null: &str, first_line: usize) -> Result<
             if f == null {
                 fields.push(None);
             } else {
-                fields.push(Some(unescape(&f).map_err(|e| {
+                fields.push(Some(Cow::Owned(unescape(&f).map_err(|e| {
                     Error::new(sqlstate::CHARACTER_NOT_IN_REPERTOIRE, e)
                         .with_detail(format!("COPY line {}", lineno + first_line))
-                })?));
+                })?)));
             }
         }
         rows.push(fields);
@@ -206,113 +226,155 @@ fn at_line(msg: String, line: usize) -> Error {
     Error::new(sqlstate::INVALID_TEXT_REPRESENTATION, msg).with_detail(format!("COPY line {line}"))
 }
 
-fn parse_csv(
-    data: &str,
-    delim: char,
-    quote: char,
-    escape: char,
-    null: &str,
-    header: bool,
-    first_line: usize,
-) -> Result<(Rows, bool)> {
-    let one_byte = |c: char| u8::try_from(c).ok().filter(u8::is_ascii);
-    let (Some(delim), Some(quote), Some(escape)) =
-        (one_byte(delim), one_byte(quote), one_byte(escape))
-    else {
-        return Err(Error::unsupported(
-            "COPY delimiter, quote and escape must be single one-byte characters",
-        ));
-    };
-    let b = data.as_bytes();
-    let mut rows = Vec::new();
-    let mut i = 0;
-    let mut line = first_line;
-    let mut first = true;
-    // Every byte compared below is ASCII, so each position is a character boundary: the
-    // text between special bytes is copied into a field as whole spans.
-    while i < b.len() {
-        let mut row: Vec<Option<String>> = Vec::new();
-        let mut field = String::new();
-        let mut quoted = false;
-        let mut was_quoted = false;
-        let mut ended_line = false;
-        let mut span = i;
-        while i < b.len() {
-            let c = b[i];
-            if quoted {
-                if c == escape && escape != quote && b.get(i + 1) == Some(&quote) {
-                    field.push_str(&data[span..i]);
-                    field.push(quote as char);
-                    i += 2;
-                    span = i;
-                } else if c == quote {
-                    field.push_str(&data[span..i]);
-                    if escape == quote && b.get(i + 1) == Some(&quote) {
-                        field.push(quote as char);
-                        i += 2;
-                    } else {
-                        quoted = false;
-                        i += 1;
-                    }
-                    span = i;
-                } else {
-                    if c == b'\n' {
-                        line += 1;
-                    }
-                    i += 1;
-                }
-            } else if c == quote {
-                field.push_str(&data[span..i]);
-                quoted = true;
-                was_quoted = true;
-                i += 1;
-                span = i;
-            } else if c == delim {
-                field.push_str(&data[span..i]);
-                row.push(csv_field(std::mem::take(&mut field), was_quoted, null));
-                was_quoted = false;
-                i += 1;
-                span = i;
-            } else if c == b'\n' {
-                field.push_str(&data[span..i]);
-                i += 1;
-                span = i;
-                ended_line = true;
-                break;
-            } else if c == b'\r' && b.get(i + 1) == Some(&b'\n') {
-                field.push_str(&data[span..i]);
-                i += 1;
-                span = i;
-            } else {
-                i += 1;
-            }
-        }
-        field.push_str(&data[span..i]);
-        if quoted {
-            return Err(at_line("unterminated CSV quoted field".into(), line));
-        }
-        if !was_quoted && row.is_empty() && field == "\\." {
-            return Ok((rows, true));
-        }
-        row.push(csv_field(field, was_quoted, null));
-        line += 1;
-        if first && header {
-            first = false;
-            continue;
-        }
-        first = false;
-        if !(row.len() == 1 && row[0].is_none() && !ended_line && null.is_empty()) {
-            rows.push(row);
-        }
-    }
-    Ok((rows, false))
+/// The CSV format's one-byte special characters.
+struct Csv<'n> {
+    delim: u8,
+    quote: u8,
+    escape: u8,
+    null: &'n str,
 }
 
-fn csv_field(field: String, was_quoted: bool, null: &str) -> Option<String> {
-    if !was_quoted && field == null {
-        None
-    } else {
-        Some(field)
+/// A CSV field as it is read: borrowed while it is one span of the data, owned once a
+/// doubled quote or an escape splits it.
+struct Field<'a> {
+    text: Cow<'a, str>,
+    quoted: bool,
+}
+
+impl<'a> Field<'a> {
+    fn new() -> Field<'a> {
+        Field {
+            text: Cow::Borrowed(""),
+            quoted: false,
+        }
+    }
+
+    fn push(&mut self, span: &'a str) {
+        if span.is_empty() {
+            return;
+        }
+        match &mut self.text {
+            Cow::Borrowed(t) if t.is_empty() => *t = span,
+            text => text.to_mut().push_str(span),
+        }
+    }
+
+    fn push_quote(&mut self, quote: u8) {
+        self.text.to_mut().push(quote as char);
+    }
+
+    /// The field's value: NULL when unquoted and equal to the NULL string.
+    fn value(self, null: &str) -> Option<Cow<'a, str>> {
+        (self.quoted || self.text != null).then_some(self.text)
+    }
+}
+
+impl Csv<'_> {
+    fn parse<'a>(
+        &self,
+        data: &'a str,
+        header: bool,
+        first_line: usize,
+    ) -> Result<(Rows<'a>, bool)> {
+        let mut rows = Vec::new();
+        let mut i = 0;
+        let mut line = first_line;
+        let mut first = true;
+        while i < data.len() {
+            let (mut row, field, ended_line) = self.row(data, &mut i, &mut line)?;
+            if !field.quoted && row.is_empty() && field.text == "\\." {
+                return Ok((rows, true));
+            }
+            row.push(field.value(self.null));
+            line += 1;
+            if first && header {
+                first = false;
+                continue;
+            }
+            first = false;
+            if !(row.len() == 1 && row[0].is_none() && !ended_line && self.null.is_empty()) {
+                rows.push(row);
+            }
+        }
+        Ok((rows, false))
+    }
+
+    /// The row at `*i` (a row's start), read up to its end: its fields but the last, the
+    /// last, and whether a newline ended it (else the data did). `line` counts the newlines
+    /// inside quotes. Only the special bytes are looked at: every one is ASCII, so each
+    /// position is a character boundary and the text between them is taken as spans.
+    fn row<'a>(
+        &self,
+        data: &'a str,
+        i: &mut usize,
+        line: &mut usize,
+    ) -> Result<(Fields<'a>, Field<'a>, bool)> {
+        let b = data.as_bytes();
+        let (quote, escape) = (self.quote, self.escape);
+        let mut row = Vec::new();
+        let mut field = Field::new();
+        let mut in_quotes = false;
+        let mut span = *i;
+        loop {
+            let next = match (in_quotes, escape == quote) {
+                (true, true) => memchr::memchr2(quote, b'\n', &b[*i..]),
+                (true, false) => memchr::memchr3(quote, escape, b'\n', &b[*i..]),
+                (false, _) => memchr::memchr3(quote, self.delim, b'\n', &b[*i..]),
+            };
+            let Some(at) = next else {
+                *i = b.len();
+                if in_quotes {
+                    return Err(at_line("unterminated CSV quoted field".into(), *line));
+                }
+                field.push(&data[span..]);
+                return Ok((row, field, false));
+            };
+            *i += at;
+            let c = b[*i];
+            if in_quotes {
+                if c == escape && escape != quote && b.get(*i + 1) == Some(&quote) {
+                    field.push(&data[span..*i]);
+                    field.push_quote(quote);
+                    *i += 2;
+                    span = *i;
+                } else if c == quote {
+                    field.push(&data[span..*i]);
+                    if escape == quote && b.get(*i + 1) == Some(&quote) {
+                        field.push_quote(quote);
+                        *i += 2;
+                    } else {
+                        in_quotes = false;
+                        *i += 1;
+                    }
+                    span = *i;
+                } else {
+                    // a newline, or an escape before no quote: both are data here
+                    *line += usize::from(c == b'\n');
+                    *i += 1;
+                }
+            } else if c == quote {
+                field.push(&data[span..*i]);
+                in_quotes = true;
+                field.quoted = true;
+                *i += 1;
+                span = *i;
+            } else if c == self.delim {
+                field.push(&data[span..*i]);
+                row.push(std::mem::replace(&mut field, Field::new()).value(self.null));
+                *i += 1;
+                span = *i;
+            } else {
+                // the newline that ends the row; a CR just before it (outside quotes) goes
+                let end = if *i > span && b[*i - 1] == b'\r' {
+                    *i - 1
+                } else {
+                    *i
+                };
+                field.push(&data[span..end]);
+                *i += 1;
+                return Ok((row, field, true));
+            }
+        }
     }
 }
 
@@ -325,6 +387,17 @@ mod tests {
             delimiter: '\t',
             null: "\\N".into(),
         }
+    }
+
+    fn csv_field(field: String, was_quoted: bool, null: &str) -> Option<String> {
+        (was_quoted || field != null).then_some(field)
+    }
+
+    /// Rows with every field owned, to compare with the reference's.
+    fn owned(rows: Rows<'_>) -> Vec<Vec<Option<String>>> {
+        rows.into_iter()
+            .map(|r| r.into_iter().map(|f| f.map(Cow::into_owned)).collect())
+            .collect()
     }
 
     fn csv() -> CopyFormat {
@@ -419,7 +492,7 @@ mod tests {
     /// delimiters, CR, LF, the end marker, multi-byte text).
     fn random_csv(rng: &mut impl rand::Rng, quote: char, escape: char) -> String {
         let pieces = [
-            "a", "bc", ",", "\n", "\r\n", "\r", "é", "日本", "\\.", "\\", " ",
+            "a", "bc", ",", ";", "\n", "\r\n", "\r", "é", "日本", "\\.", "\\", " ",
         ];
         let mut out = String::new();
         for _ in 0..rng.gen_range(0..60) {
@@ -447,8 +520,16 @@ mod tests {
             let data = random_csv(&mut rng, quote, escape);
             let header = case % 7 == 0;
             let null = if case % 5 == 0 { "\\N" } else { "" };
-            let got = parse_csv(&data, ',', quote, escape, null, header, 1).map(|(rows, _)| rows);
-            let want = reference_csv(&data, ',', quote, escape, null, header);
+            let delimiter = if case % 4 == 3 { ';' } else { ',' };
+            let format = CopyFormat::Csv {
+                delimiter,
+                quote,
+                escape,
+                null: null.into(),
+                header,
+            };
+            let got = parse_rows_until(&data, &format, 1).map(|(rows, _)| owned(rows));
+            let want = reference_csv(&data, delimiter, quote, escape, null, header);
             match (&got, &want) {
                 (Ok(g), Ok(w)) => assert_eq!(g, w, "{data:?}"),
                 (Err(g), Err(w)) => assert_eq!(
@@ -459,13 +540,6 @@ mod tests {
                 _ => panic!("{data:?}: byte parser {got:?}, reference {want:?}"),
             }
             // pieces cut where complete_rows_len says parse into the whole's rows
-            let format = CopyFormat::Csv {
-                delimiter: ',',
-                quote,
-                escape,
-                null: null.into(),
-                header,
-            };
             let Ok(whole) = got else { continue };
             let mut rest = data.as_bytes();
             let mut line = 1;
@@ -476,7 +550,7 @@ mod tests {
                 let n = if n == 0 { rest.len() } else { n };
                 let piece = std::str::from_utf8(&rest[..n]).expect("cut at a newline");
                 let (rows, ended) = parse_rows_until(piece, &format, line).expect("a piece parses");
-                pieces.extend(rows);
+                pieces.extend(owned(rows));
                 if ended {
                     break; // as a COPY in chunks stops at the end marker
                 }

@@ -369,7 +369,7 @@ pub fn build_batch(
     RecordBatch::try_new(schema, arrays).map_err(Error::from)
 }
 
-fn row_too_big(size: usize, max: usize) -> Error {
+pub(crate) fn row_too_big(size: usize, max: usize) -> Error {
     Error::new(
         sqlstate::PROGRAM_LIMIT_EXCEEDED,
         format!("row of {size} bytes exceeds the maximum row size of {max} bytes (max_row_bytes)"),

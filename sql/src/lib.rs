@@ -27,6 +27,7 @@ pub mod command;
 mod compiled_values;
 pub mod complexity;
 pub mod copy;
+pub mod copy_columns;
 pub mod definition;
 pub mod engine;
 pub mod error;

@@ -17,6 +17,7 @@
 //!   ([`super::append`]), into a table one write of new rows like a plain INSERT's
 //!   ([`super::dml`]: a key already present is 23505).
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -32,6 +33,7 @@ use crate::block_catalog::LOCAL_ID_BASE;
 use crate::catalog::Stream;
 use crate::command::{op, Append, CopyAbort, CopyChunk, CopyCommit, Op, OpOutcome};
 use crate::copy;
+use crate::copy_columns::{self, Origin};
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
 use crate::insert;
@@ -41,6 +43,9 @@ use crate::types::ColumnType;
 /// Chunks of one COPY encoded or proposed at a time (see [`CopyIn::in_flight`]): with one
 /// being parsed, about three chunks' worth of memory.
 const MAX_CHUNKS_IN_FLIGHT: usize = 2;
+
+/// Room in a chunk's buffer past `copy_chunk_bytes`, for the message that fills it.
+const SLACK_BYTES: usize = 1 << 20;
 
 /// A COPY FROM STDIN waiting for its data.
 #[derive(Debug, Clone)]
@@ -59,6 +64,8 @@ pub struct CopyIn {
     pending: PendingCopy,
     /// Data received and not yet staged (from a row's start).
     buf: Vec<u8>,
+    /// A chunk's buffer back from its parse, for the next chunk: its pages stay mapped.
+    spare: Vec<u8>,
     /// The staged copy, once a chunk went.
     copy_id: Option<u64>,
     /// Chunks handed to tasks and not yet known applied, oldest first, at most
@@ -88,6 +95,7 @@ impl CopyIn {
         CopyIn {
             pending,
             buf: Vec::new(),
+            spare: Vec::new(),
             copy_id: None,
             in_flight: VecDeque::new(),
             last_applied: None,
@@ -341,29 +349,35 @@ impl Session {
             return Err(Error::internal("only a COPY into a stream is staged"));
         };
         let stream = stream.clone();
-        let rest = copy.buf.split_off(len);
+        // the rest goes into the spare buffer, sized for a chunk and the message after it
+        let mut rest = std::mem::take(&mut copy.spare);
+        rest.clear();
+        rest.reserve(self.engine.limits.copy_chunk_bytes + SLACK_BYTES);
+        rest.extend_from_slice(&copy.buf[len..]);
+        copy.buf.truncate(len);
         let data = std::mem::replace(&mut copy.buf, rest);
         // the connection's worker goes on serving the other connections meanwhile
         let (pending, first_line, rows_before) = (copy.pending.clone(), copy.lines + 1, copy.rows);
         let max_row_bytes = self.engine.limits.max_row_bytes;
         let target = stream.clone();
-        let parsed = tokio::task::spawn_blocking(move || {
-            let (values, ended) = parse_values(&pending, &data, first_line, rows_before)?;
-            let lines = data.iter().filter(|&&b| b == b'\n').count();
-            let n = values.len();
-            let batch = match n {
-                0 => None,
-                _ => Some(insert::build_batch(
-                    &target,
-                    &pending.targets,
-                    values,
-                    max_row_bytes,
-                )?),
-            };
-            Ok::<_, Error>((batch, n, lines, ended))
+        let (parsed, data) = tokio::task::spawn_blocking(move || {
+            let parsed = parse_batch(
+                &pending,
+                &target,
+                &data,
+                first_line,
+                rows_before,
+                max_row_bytes,
+            )
+            .map(|(batch, n, ended)| {
+                let lines = memchr::memchr_iter(b'\n', &data).count();
+                (batch, n, lines, ended)
+            });
+            (parsed, data)
         })
         .await
         .map_err(|e| Error::internal(format!("parsing a COPY chunk failed: {e}")))?;
+        copy.spare = data;
         let (batch, n, lines, ended) = parsed?;
         copy.lines += lines;
         if ended {
@@ -406,6 +420,16 @@ impl Session {
     async fn finish_copy_inner(&mut self, copy: PendingCopy, data: &[u8]) -> Result<Output> {
         if data.len() > self.engine.limits.max_copy_bytes {
             return Err(too_large(self.engine.limits.max_copy_bytes));
+        }
+        if let (CopyTarget::Stream(stream), false) =
+            (&copy.target, matches!(copy.format, CopyFormat::Binary))
+        {
+            let max_row_bytes = self.engine.limits.max_row_bytes;
+            let (batch, n, _) = parse_batch(&copy, stream, data, 1, 0, max_row_bytes)?;
+            if let Some(batch) = batch {
+                self.append(stream, &batch).await?;
+            }
+            return Ok(Output::Tag(format!("COPY {n}")));
         }
         let (values, _) = parse_values(&copy, data, 1, 0)?;
         self.append_copied(&copy, values).await
@@ -575,6 +599,46 @@ async fn settle(copy: &mut CopyIn, bound: usize) -> Result<()> {
     Ok(())
 }
 
+/// A piece of text or CSV COPY data into a stream (starting at line `first_line`, after
+/// `rows_before` rows), typed straight into the stream's batch ([`copy_columns`]): the
+/// batch (none without rows), its rows, and whether the end marker ended the data.
+fn parse_batch(
+    copy: &PendingCopy,
+    stream: &Stream,
+    data: &[u8],
+    first_line: usize,
+    rows_before: u64,
+    max_row_bytes: usize,
+) -> Result<(Option<RecordBatch>, usize, bool)> {
+    let (rows, ended) = copy::parse_rows_until(utf8(data)?, &copy.format, first_line)?;
+    let n = rows.len();
+    if n == 0 {
+        return Ok((None, 0, ended));
+    }
+    let origin = Origin {
+        relation: copy.target.name(),
+        rows_before,
+    };
+    let batch = copy_columns::typed_batch(
+        stream,
+        &copy.targets,
+        rows,
+        &origin,
+        data.len(),
+        max_row_bytes,
+    )?;
+    Ok((Some(batch), n, ended))
+}
+
+fn utf8(data: &[u8]) -> Result<&str> {
+    std::str::from_utf8(data).map_err(|_| {
+        Error::new(
+            sqlstate::CHARACTER_NOT_IN_REPERTOIRE,
+            "invalid byte sequence for encoding \"UTF8\"",
+        )
+    })
+}
+
 /// Typed rows from a piece of COPY data that starts at line `first_line` after `rows_before`
 /// rows.
 fn parse_values(
@@ -590,14 +654,8 @@ fn parse_values(
             false,
         ));
     }
-    let text = std::str::from_utf8(data).map_err(|_| {
-        Error::new(
-            sqlstate::CHARACTER_NOT_IN_REPERTOIRE,
-            "invalid byte sequence for encoding \"UTF8\"",
-        )
-    })?;
-    let (rows, ended) = copy::parse_rows_until(text, &copy.format, first_line)?;
-    let values = copy_values(copy, rows, rows_before, |ty, text: String| {
+    let (rows, ended) = copy::parse_rows_until(utf8(data)?, &copy.format, first_line)?;
+    let values = copy_values(copy, rows, rows_before, |ty, text: Cow<str>| {
         ty.parse_text(&text)
     })?;
     Ok((values, ended))
@@ -611,13 +669,11 @@ fn copy_values<F>(
     rows_before: u64,
     decode: impl Fn(ColumnType, F) -> Result<ScalarValue>,
 ) -> Result<Vec<Vec<ScalarValue>>> {
-    let line = |i: usize| {
-        format!(
-            "COPY {}, line {}",
-            copy.target.name(),
-            rows_before + i as u64 + 1
-        )
+    let origin = Origin {
+        relation: copy.target.name(),
+        rows_before,
     };
+    let line = |i: usize| origin.line(i);
     rows.into_iter()
         .enumerate()
         .map(|(i, row)| {
@@ -644,4 +700,153 @@ fn copy_values<F>(
                 .collect()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::definition::{ColumnDef, StreamDef, StreamOptions};
+    use rand::{Rng, SeedableRng};
+    use sluice_storage::stream_log::{StreamLog, StreamLogOptions};
+
+    fn column(name: &str, ty: &str, not_null: bool, default: Option<&str>) -> ColumnDef {
+        ColumnDef {
+            name: name.into(),
+            ty: ColumnType::parse(ty).expect("a type"),
+            not_null,
+            default: default.map(str::to_string),
+        }
+    }
+
+    /// Values each column type reads or refuses (quotes, commas, newlines, bad input).
+    const POOLS: &[(&str, &[&str])] = &[
+        (
+            "text",
+            &["", "a", "x,y", "say \"hi\"", "two\nlines", "日本"],
+        ),
+        ("varchar(3)", &["abc", "abcd", "é", ""]),
+        ("int4", &["1", "-7", "2147483648", "x", " 3 "]),
+        (
+            "numeric(5,2)",
+            &["1.5", "999.999", "12345", "-0.01", "1e2", "n"],
+        ),
+        ("bool", &["t", "false", "yes", "maybe"]),
+        (
+            "jsonb",
+            &["{\"b\": 1, \"a\": [1,2]}", "[1, 2", "null", "\"s\""],
+        ),
+        ("uuid", &["A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11", "nope"]),
+        (
+            "timestamptz",
+            &["2024-01-02 03:04:05+02", "2024-13-01", "epoch"],
+        ),
+        ("date", &["2024-02-29", "2023-02-29", "2024-01-02 10:00"]),
+        ("text[]", &["{a,b}", "{\"x y\",NULL}", "{unclosed"]),
+        ("bytea", &["\\x00ff", "\\xzz", "plain"]),
+        ("float8", &["1.5", "NaN", "-Infinity", "1e400", "f"]),
+    ];
+
+    /// Typed straight into columns (`parse_batch`), random CSV rows give the batch or the
+    /// error that typing every field into a `ScalarValue` and `build_batch` give.
+    #[test]
+    fn columns_typed_from_text_match_values_typed_one_by_one() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let mut columns: Vec<ColumnDef> = POOLS
+            .iter()
+            .enumerate()
+            .map(|(i, (ty, _))| column(&format!("c{i}"), ty, false, None))
+            .collect();
+        columns.push(column("must", "text", true, None));
+        columns.push(column("later", "int8", false, Some("7")));
+        let def = StreamDef {
+            id: 1,
+            oid: 1,
+            name: "s".into(),
+            columns,
+            options: StreamOptions::default(),
+        };
+        let log = StreamLog::create(
+            dir.path(),
+            StreamLogOptions {
+                segment_bytes: 1 << 20,
+            },
+        )
+        .expect("a log");
+        let stream = Arc::new(Stream::new(def, Arc::new(log)));
+        let targets: Vec<usize> = (0..=POOLS.len()).collect();
+        let copy = PendingCopy {
+            target: CopyTarget::Stream(stream.clone()),
+            targets: targets.clone(),
+            format: CopyFormat::Csv {
+                delimiter: ',',
+                quote: '"',
+                escape: '"',
+                null: String::new(),
+                header: false,
+            },
+            staged: true,
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(25);
+        let (mut same_batches, mut same_errors) = (0, 0);
+        for case in 0..3_000 {
+            let mut data = String::new();
+            for _ in 0..rng.gen_range(1..6) {
+                let mut fields: Vec<String> = Vec::new();
+                let width = match rng.gen_range(0..40) {
+                    0 => targets.len() - 1,
+                    1 => targets.len() + 1,
+                    _ => targets.len(),
+                };
+                for i in 0..width {
+                    let pool = POOLS.get(i).map_or(&["m", "n"][..], |p| p.1);
+                    // valid values mostly, so that whole rows get through
+                    let v = match rng.gen_range(0..30) {
+                        0 => None,
+                        k if k < 28 => Some(pool[0]),
+                        _ => Some(pool[rng.gen_range(0..pool.len())]),
+                    };
+                    fields.push(match v {
+                        None => String::new(),
+                        Some(v) => format!("\"{}\"", v.replace('"', "\"\"")),
+                    });
+                }
+                data.push_str(&fields.join(","));
+                data.push('\n');
+            }
+            let max_row_bytes = if case % 10 == 0 { 900 } else { 1 << 20 };
+            let rows_before = case as u64;
+            let got = parse_batch(
+                &copy,
+                &stream,
+                data.as_bytes(),
+                1,
+                rows_before,
+                max_row_bytes,
+            )
+            .map(|(b, _, _)| b);
+            let want = parse_values(&copy, data.as_bytes(), 1, rows_before).and_then(|(v, _)| {
+                insert::build_batch(&stream, &targets, v, max_row_bytes).map(Some)
+            });
+            match (got, want) {
+                (Ok(g), Ok(w)) => {
+                    assert_eq!(g, w, "{data:?}");
+                    same_batches += 1;
+                }
+                (Err(g), Err(w)) => {
+                    assert_eq!(
+                        (&g.code, &g.message, &g.detail),
+                        (&w.code, &w.message, &w.detail),
+                        "{data:?}"
+                    );
+                    same_errors += 1;
+                }
+                (g, w) => panic!("{data:?}: typed {g:?}, one by one {w:?}"),
+            }
+        }
+        // both kinds of outcome were compared, many times
+        assert!(
+            same_batches > 500 && same_errors > 500,
+            "{same_batches} / {same_errors}"
+        );
+    }
 }
