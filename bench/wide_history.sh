@@ -100,34 +100,48 @@ bulk_bytes=$(stat -c %s "$work/bulk.csv")
 bad_at=$((bulk_rows * 9 / 10))
 { head -n "$bad_at" "$work/bulk.csv"; echo 'c1,not a number,"bad row"'; tail -n +$((bad_at + 1)) "$work/bulk.csv"; } > "$work/bulk-bad.csv"
 chown postgres "$work"/bulk*.csv
-declare -A bulk
+declare -A bulk bulk_runs
+median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+create_bulk() { # <system> <table>
+  if [ "$1" = sluice ]; then
+    "$psql" "$sl" -Xqc "CREATE STREAM $2 (customer text, amount numeric(12,2), payload text)$with"
+  else
+    "$psql" "$pg" -Xqc "CREATE TABLE $2 (id bigserial, ts timestamptz DEFAULT now(), customer text, amount numeric(12,2), payload text)"
+  fi
+}
+# three runs each, the systems taking turns, each into a fresh stream/table (the median
+# is reported); then the copy with a bad row, once each
+for k in 1 2 3; do
+  for system in sluice postgres; do
+    url=$sl; [ $system = postgres ] && url=$pg
+    create_bulk $system bulk
+    echo "== $system: one \\copy of $bulk_bytes bytes (run $k)" >&2
+    # each system starts with no dirty pages of the files written before it (the CSV
+    # files, the other system's data): their writeback would compete with its own writes
+    sync
+    t0=$(now)
+    "$psql" "$url" -Xqc "\\copy bulk (customer, amount, payload) FROM '$work/bulk.csv' WITH (FORMAT csv)"
+    t1=$(now)
+    bulk_runs[$system]+=" $(echo "$t1 - $t0" | bc -l)"
+    got=$("$psql" "$url" -XAtc "SELECT count(*) FROM bulk")
+    [ "$got" = "$bulk_rows" ] || { echo "$system: bulk copy has $got rows, expected $bulk_rows" >&2; exit 1; }
+    kind=TABLE; [ $system = sluice ] && kind=STREAM
+    "$psql" "$url" -Xqc "DROP $kind bulk"
+  done
+done
+# the peak of every run: each held at most what one did
+bulk_hwm_kib=$(awk '/VmHWM/ { print $2 }' /proc/$sluice_pid/status)
 for system in sluice postgres; do
   url=$sl; [ $system = postgres ] && url=$pg
-  for t in bulk bulk_bad; do
-    if [ $system = sluice ]; then
-      "$psql" "$url" -Xqc "CREATE STREAM $t (customer text, amount numeric(12,2), payload text)$with"
-    else
-      "$psql" "$url" -Xqc "CREATE TABLE $t (id bigserial, ts timestamptz DEFAULT now(), customer text, amount numeric(12,2), payload text)"
-    fi
-  done
-  echo "== $system: one \\copy of $bulk_bytes bytes" >&2
-  # each system starts with no dirty pages of the files written before it (the CSV files,
-  # the other system's data): their writeback would compete with its own writes
-  sync
-  t0=$(now)
-  "$psql" "$url" -Xqc "\\copy bulk (customer, amount, payload) FROM '$work/bulk.csv' WITH (FORMAT csv)"
-  t1=$(now)
-  bulk[$system]=$(echo "$t1 - $t0" | bc -l)
-  got=$("$psql" "$url" -XAtc "SELECT count(*) FROM bulk")
-  [ "$got" = "$bulk_rows" ] || { echo "$system: bulk copy has $got rows, expected $bulk_rows" >&2; exit 1; }
-  [ $system = sluice ] && bulk_hwm_kib=$(awk '/VmHWM/ { print $2 }' /proc/$sluice_pid/status)
+  bulk[$system]=$(median ${bulk_runs[$system]})
+  create_bulk $system bulk_bad
   if "$psql" "$url" -Xqc "\\copy bulk_bad (customer, amount, payload) FROM '$work/bulk-bad.csv' WITH (FORMAT csv)" 2> "$work/bad.err"; then
     echo "$system: the COPY with a bad row succeeded" >&2; exit 1
   fi
   left=$("$psql" "$url" -XAtc "SELECT count(*) FROM bulk_bad")
   [ "$left" = 0 ] || { echo "$system: a failed COPY left $left rows" >&2; exit 1; }
   kind=TABLE; [ $system = sluice ] && kind=STREAM
-  "$psql" "$url" -Xqc "DROP $kind bulk" -c "DROP $kind bulk_bad"
+  "$psql" "$url" -Xqc "DROP $kind bulk_bad"
 done
 
 # timed <url> <psql args...>: seconds taken, output discarded
@@ -137,8 +151,6 @@ timed() {
   t0=$(now); "$psql" "$url" -Xq "$@" > /dev/null; t1=$(now)
   echo "$t1 - $t0" | bc -l
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-
 declare -A result
 for system in sluice postgres; do
   url=$sl; [ $system = postgres ] && url=$pg
@@ -192,9 +204,9 @@ md=bench/results/wide-$(date -u +%Y-%m-%dT%H%M%SZ).md
   echo
   echo "| workload | Sluice s | PostgreSQL s | ratio | Sluice runs | PostgreSQL runs |"
   echo "|---|---|---|---|---|---|"
-  printf '| one \\copy of %d bytes (%d rows); Sluice peak RSS %d MiB; the same with a bad row at 90%%: nothing visible on either | %.2f | %.2f | %.2fx | | |\n' \
+  printf '| one \\copy of %d bytes (%d rows), median of 3 alternating runs; Sluice peak RSS %d MiB; the same with a bad row at 90%%: nothing visible on either | %.2f | %.2f | %.2fx | %s | %s |\n' \
     "$bulk_bytes" "$bulk_rows" $((bulk_hwm_kib / 1024)) "${bulk[sluice]}" "${bulk[postgres]}" \
-    "$(echo "${bulk[postgres]} / ${bulk[sluice]}" | bc -l)"
+    "$(echo "${bulk[postgres]} / ${bulk[sluice]}" | bc -l)" "${bulk_runs[sluice]}" "${bulk_runs[postgres]}"
   printf '| load (%d x \\copy of %d rows) | %.2f | %.2f | %.2fx | | |\n' $chunks $per_chunk "${result[sluice,load]}" "${result[postgres,load]}" \
     "$(echo "${result[postgres,load]} / ${result[sluice,load]}" | bc -l)"
   for q in copy group filter; do

@@ -47,13 +47,20 @@ pub fn typed_batch(
     targets: &[usize],
     rows: Rows<'_>,
     origin: &Origin<'_>,
-    text_bytes: usize,
     max_row_bytes: usize,
 ) -> Result<RecordBatch> {
     let n = rows.len();
     let mut columns: Vec<Column> = targets
         .iter()
-        .map(|&t| Column::new(stream.def.columns[t].ty, n, text_bytes))
+        .enumerate()
+        .map(|(c, &t)| {
+            // each string column takes about the text of its fields: reserved whole
+            let text_bytes = rows
+                .iter()
+                .filter_map(|row| row.get(c)?.as_ref().map(|f| f.len()))
+                .sum();
+            Column::new(stream.def.columns[t].ty, n, text_bytes)
+        })
         .collect();
     let mut too_big = None;
     for (i, row) in rows.into_iter().enumerate() {
@@ -106,7 +113,7 @@ enum Column {
 }
 
 impl Column {
-    /// A column for `rows` rows whose text takes at most `text_bytes`.
+    /// A column for `rows` rows whose fields' text takes `text_bytes`.
     fn new(ty: ColumnType, rows: usize, text_bytes: usize) -> Column {
         match ty.arrow_type() {
             DataType::Utf8 => Column::Strings(ty, StringBuilder::with_capacity(rows, text_bytes)),

@@ -624,7 +624,6 @@ fn parse_batch(
         &copy.targets,
         rows,
         &origin,
-        data.len(),
         max_row_bytes,
     )?;
     Ok((Some(batch), n, ended))
