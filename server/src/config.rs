@@ -118,6 +118,11 @@ pub struct ServeArgs {
     /// data, 4096 up to half of max-statement-bytes [default: 8388608]
     #[arg(long, value_name = "BYTES")]
     pub copy_chunk_bytes: Option<usize>,
+    /// A COPY FROM held whole (in a transaction block, in binary, into a table or a dedup
+    /// stream) takes at most this many bytes of data, and four times that once typed
+    /// [default: 268435456]
+    #[arg(long, value_name = "BYTES")]
+    pub max_copy_bytes: Option<usize>,
     /// A staged COPY that receives no data for this long is aborted, e.g. `10min`
     /// [default: 10min]
     #[arg(long, value_name = "DURATION")]
@@ -176,6 +181,7 @@ struct FileConfig {
     max_row_bytes: Option<usize>,
     max_statement_bytes: Option<usize>,
     copy_chunk_bytes: Option<usize>,
+    max_copy_bytes: Option<usize>,
     copy_idle_timeout: Option<String>,
     max_statement_memory: Option<String>,
     max_query_memory: Option<String>,
@@ -269,6 +275,7 @@ pub struct Config {
     pub max_row_bytes: usize,
     pub max_statement_bytes: usize,
     pub copy_chunk_bytes: usize,
+    pub max_copy_bytes: usize,
     pub copy_idle_timeout: Duration,
     pub max_statement_memory: usize,
     pub max_query_memory: usize,
@@ -443,6 +450,15 @@ impl Config {
                  --max-statement-bytes) is needed"
             ));
         }
+        let max_copy_bytes = args
+            .max_copy_bytes
+            .or(file.max_copy_bytes)
+            .unwrap_or(256 << 20);
+        if max_copy_bytes < 4096 {
+            return Err(format!(
+                "--max-copy-bytes {max_copy_bytes}: at least 4096 is needed"
+            ));
+        }
         let copy_idle_timeout = match args.copy_idle_timeout.or(file.copy_idle_timeout) {
             Some(text) => sluice_sql::interrupt::parse_timeout(&text)
                 .map_err(|e| format!("--copy-idle-timeout {text}: {}", e.message))?
@@ -451,6 +467,7 @@ impl Config {
         };
         Ok(Config {
             copy_chunk_bytes,
+            max_copy_bytes,
             copy_idle_timeout,
             max_statement_memory,
             max_query_memory,

@@ -267,6 +267,7 @@ async fn serve(config: Config, queries: tokio::runtime::Handle) -> Result<(), St
         max_row_bytes: config.max_row_bytes,
         max_statement_bytes: config.max_statement_bytes,
         copy_chunk_bytes: config.copy_chunk_bytes,
+        max_copy_bytes: config.max_copy_bytes,
         copy_idle_timeout: config.copy_idle_timeout,
         max_statement_memory: config.max_statement_memory,
         max_query_memory: config.max_query_memory,

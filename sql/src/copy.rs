@@ -38,8 +38,31 @@ pub fn parse_rows_until<'a>(
     format: &CopyFormat,
     first_line: usize,
 ) -> Result<(Rows<'a>, bool)> {
+    let mut rows = Vec::new();
+    let ended = for_each_row(data, format, first_line, usize::MAX, |fields| {
+        rows.push(std::mem::take(fields));
+        Ok(())
+    })?;
+    Ok((rows, ended))
+}
+
+/// The rows of a piece of a COPY's data (as [`parse_rows_until`]) handed to `row` one at a
+/// time, in a vector it may take or leave (it is cleared for the next row): so parsing holds
+/// one row, whatever the data. A row keeps at most `max_fields + 1` fields — the ones past
+/// that are dropped unread, and the row still shows that it has too many. Returns whether
+/// the end-of-data marker ended the data.
+pub fn for_each_row<'a>(
+    data: &'a str,
+    format: &CopyFormat,
+    first_line: usize,
+    max_fields: usize,
+    row: impl FnMut(&mut Fields<'a>) -> Result<()>,
+) -> Result<bool> {
+    let cap = max_fields.saturating_add(1);
     match format {
-        CopyFormat::Text { delimiter, null } => parse_text(data, *delimiter, null, first_line),
+        CopyFormat::Text { delimiter, null } => {
+            parse_text(data, *delimiter, null, first_line, cap, row)
+        }
         CopyFormat::Csv {
             delimiter,
             quote,
@@ -60,8 +83,9 @@ pub fn parse_rows_until<'a>(
                 quote,
                 escape,
                 null,
+                cap,
             };
-            csv.parse(data, *header && first_line == 1, first_line)
+            csv.parse(data, *header && first_line == 1, first_line, row)
         }
         CopyFormat::Binary => Err(Error::unsupported(
             "COPY FROM with FORMAT binary is not supported; use text or csv",
@@ -115,48 +139,51 @@ fn parse_text<'a>(
     delim: char,
     null: &str,
     first_line: usize,
-) -> Result<(Rows<'a>, bool)> {
-    let mut rows = Vec::new();
-    let lines = data.split('\n').count();
-    for (lineno, raw) in data.split('\n').enumerate() {
+    cap: usize,
+    mut row: impl FnMut(&mut Fields<'a>) -> Result<()>,
+) -> Result<bool> {
+    let mut fields = Vec::new();
+    let mut lines = data.split('\n').enumerate().peekable();
+    while let Some((lineno, raw)) = lines.next() {
         let line = raw.strip_suffix('\r').unwrap_or(raw);
         if line == "\\." {
-            return Ok((rows, true));
+            return Ok(true);
         }
-        if line.is_empty() && lineno + 1 == lines {
+        if line.is_empty() && lines.peek().is_none() {
             continue;
         }
+        fields.clear();
         if !line.contains('\\') {
             // no escapes: the fields are the text between delimiters
-            let fields = line
-                .split(delim)
-                .map(|f| (f != null).then_some(Cow::Borrowed(f)))
-                .collect();
-            rows.push(fields);
-            continue;
-        }
-        let mut fields = Vec::new();
-        for f in split_unescaped(line, delim) {
-            if f == null {
-                fields.push(None);
-            } else {
-                fields.push(Some(Cow::Owned(unescape(&f).map_err(|e| {
-                    Error::new(sqlstate::CHARACTER_NOT_IN_REPERTOIRE, e)
-                        .with_detail(format!("COPY line {}", lineno + first_line))
-                })?)));
+            let split = line.split(delim).take(cap);
+            fields.extend(split.map(|f| (f != null).then_some(Cow::Borrowed(f))));
+        } else {
+            for f in split_unescaped(line, delim, cap) {
+                if f == null {
+                    fields.push(None);
+                } else {
+                    fields.push(Some(Cow::Owned(unescape(&f).map_err(|e| {
+                        Error::new(sqlstate::CHARACTER_NOT_IN_REPERTOIRE, e)
+                            .with_detail(format!("COPY line {}", lineno + first_line))
+                    })?)));
+                }
             }
         }
-        rows.push(fields);
+        row(&mut fields)?;
     }
-    Ok((rows, false))
+    Ok(false)
 }
 
-/// Split on the delimiter, ignoring delimiters escaped with a backslash.
-fn split_unescaped(line: &str, delim: char) -> Vec<String> {
+/// Split on the delimiter, ignoring delimiters escaped with a backslash: at most `cap`
+/// fields (the text past them is dropped).
+fn split_unescaped(line: &str, delim: char, cap: usize) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
+        if out.len() == cap {
+            return out;
+        }
         if c == '\\' {
             cur.push(c);
             if let Some(n) = chars.next() {
@@ -232,6 +259,8 @@ struct Csv<'n> {
     quote: u8,
     escape: u8,
     null: &'n str,
+    /// Fields kept per row (see [`for_each_row`]).
+    cap: usize,
 }
 
 /// A CSV field as it is read: borrowed while it is one span of the data, owned once a
@@ -275,17 +304,21 @@ impl Csv<'_> {
         data: &'a str,
         header: bool,
         first_line: usize,
-    ) -> Result<(Rows<'a>, bool)> {
-        let mut rows = Vec::new();
+        mut sink: impl FnMut(&mut Fields<'a>) -> Result<()>,
+    ) -> Result<bool> {
+        let mut row = Vec::new();
         let mut i = 0;
         let mut line = first_line;
         let mut first = true;
         while i < data.len() {
-            let (mut row, field, ended_line) = self.row(data, &mut i, &mut line)?;
+            row.clear();
+            let (field, ended_line) = self.row(data, &mut i, &mut line, &mut row)?;
             if !field.quoted && row.is_empty() && field.text == "\\." {
-                return Ok((rows, true));
+                return Ok(true);
             }
-            row.push(field.value(self.null));
+            if row.len() < self.cap {
+                row.push(field.value(self.null));
+            }
             line += 1;
             if first && header {
                 first = false;
@@ -293,14 +326,14 @@ impl Csv<'_> {
             }
             first = false;
             if !(row.len() == 1 && row[0].is_none() && !ended_line && self.null.is_empty()) {
-                rows.push(row);
+                sink(&mut row)?;
             }
         }
-        Ok((rows, false))
+        Ok(false)
     }
 
-    /// The row at `*i` (a row's start), read up to its end: its fields but the last, the
-    /// last, and whether a newline ended it (else the data did). `line` counts the newlines
+    /// The row at `*i` (a row's start), read up to its end: its fields but the last into
+    /// `row` (at most `cap`), the last returned, and whether a newline ended it (else the data did). `line` counts the newlines
     /// inside quotes. Only the special bytes are looked at: every one is ASCII, so each
     /// position is a character boundary and the text between them is taken as spans.
     fn row<'a>(
@@ -308,10 +341,10 @@ impl Csv<'_> {
         data: &'a str,
         i: &mut usize,
         line: &mut usize,
-    ) -> Result<(Fields<'a>, Field<'a>, bool)> {
+        row: &mut Fields<'a>,
+    ) -> Result<(Field<'a>, bool)> {
         let b = data.as_bytes();
         let (quote, escape) = (self.quote, self.escape);
-        let mut row = Vec::new();
         let mut field = Field::new();
         let mut in_quotes = false;
         let mut span = *i;
@@ -327,7 +360,7 @@ impl Csv<'_> {
                     return Err(at_line("unterminated CSV quoted field".into(), *line));
                 }
                 field.push(&data[span..]);
-                return Ok((row, field, false));
+                return Ok((field, false));
             };
             *i += at;
             let c = b[*i];
@@ -360,7 +393,10 @@ impl Csv<'_> {
                 span = *i;
             } else if c == self.delim {
                 field.push(&data[span..*i]);
-                row.push(std::mem::replace(&mut field, Field::new()).value(self.null));
+                let done = std::mem::replace(&mut field, Field::new());
+                if row.len() < self.cap {
+                    row.push(done.value(self.null));
+                }
                 *i += 1;
                 span = *i;
             } else {
@@ -372,7 +408,7 @@ impl Csv<'_> {
                 };
                 field.push(&data[span..end]);
                 *i += 1;
-                return Ok((row, field, true));
+                return Ok((field, true));
             }
         }
     }

@@ -1,4 +1,5 @@
-//! COPY text and CSV rows typed straight into a stream's Arrow columns ([`typed_batch`]):
+//! COPY text and CSV rows typed straight into a stream's Arrow columns ([`TypedColumns`]), a
+//! row at a time as the parser hands them out:
 //! a `text` field goes from the COPY data into a string builder (its one copy), other
 //! types through their text input ([`ColumnType::parse_text`]) a value at a time.
 //!
@@ -17,7 +18,7 @@ use arrow::datatypes::DataType;
 use datafusion::scalar::ScalarValue;
 
 use crate::catalog::Stream;
-use crate::copy::Rows;
+use crate::copy::Fields;
 use crate::error::{sqlstate, Error, Result};
 use crate::insert;
 use crate::types::ColumnType;
@@ -40,32 +41,62 @@ impl Origin<'_> {
     }
 }
 
-/// `rows` of fields for the user columns `targets` of `stream` (every row holds one field
-/// per target) as the stream's batch: the other columns take their default or NULL.
-pub fn typed_batch(
-    stream: &Stream,
-    targets: &[usize],
-    rows: Rows<'_>,
-    origin: &Origin<'_>,
+/// Values a column holds as `ScalarValue`s before they become an array: typing a chunk holds
+/// its rows in Arrow's compact form, not at a `ScalarValue` (48 bytes and more) per value.
+const VALUES_PER_ARRAY: usize = 4096;
+
+/// Rows of fields for the user columns `targets` of `stream`, typed as they come
+/// ([`TypedColumns::push`]), then the stream's batch ([`TypedColumns::finish`]: the other
+/// columns take their default or NULL).
+pub struct TypedColumns<'s> {
+    stream: &'s Stream,
+    targets: &'s [usize],
+    columns: Vec<Column>,
+    rows: usize,
     max_row_bytes: usize,
-) -> Result<RecordBatch> {
-    let n = rows.len();
-    let mut columns: Vec<Column> = targets
-        .iter()
-        .enumerate()
-        .map(|(c, &t)| {
-            // each string column takes about the text of its fields: reserved whole
-            let text_bytes = rows
-                .iter()
-                .filter_map(|row| row.get(c)?.as_ref().map(|f| f.len()))
-                .sum();
-            Column::new(stream.def.columns[t].ty, n, text_bytes)
-        })
-        .collect();
-    let mut too_big = None;
-    for (i, row) in rows.into_iter().enumerate() {
-        if row.len() != targets.len() {
-            let msg = if row.len() < targets.len() {
+    /// The first row over `max_row_bytes`: reported after every field error.
+    too_big: Option<Error>,
+    /// Bytes of the rows typed so far, as `ScalarValue`s count them, and at most how many.
+    bytes: usize,
+    budget: usize,
+}
+
+impl<'s> TypedColumns<'s> {
+    /// Columns for rows of fields whose text takes about `text_bytes`, at most `budget`
+    /// bytes of them as [`ScalarValue::size`] counts (see [`over_budget`]).
+    pub fn new(
+        stream: &'s Stream,
+        targets: &'s [usize],
+        text_bytes: usize,
+        max_row_bytes: usize,
+        budget: usize,
+    ) -> TypedColumns<'s> {
+        let types: Vec<ColumnType> = targets.iter().map(|&t| stream.def.columns[t].ty).collect();
+        let strings = types
+            .iter()
+            .filter(|t| t.arrow_type() == DataType::Utf8)
+            .count();
+        let columns = types
+            .into_iter()
+            .map(|ty| Column::new(ty, text_bytes / strings.max(1)))
+            .collect();
+        TypedColumns {
+            stream,
+            targets,
+            columns,
+            rows: 0,
+            max_row_bytes,
+            too_big: None,
+            bytes: 0,
+            budget,
+        }
+    }
+
+    /// Types one row's fields (taken from `fields`); an error names its line in `origin`.
+    pub fn push(&mut self, fields: &mut Fields<'_>, origin: &Origin<'_>) -> Result<()> {
+        let i = self.rows;
+        if fields.len() != self.targets.len() {
+            let msg = if fields.len() < self.targets.len() {
                 "missing data for column"
             } else {
                 "extra data after last expected column"
@@ -75,32 +106,60 @@ pub fn typed_batch(
             );
         }
         let mut row_bytes = 0;
-        for (field, column) in row.into_iter().zip(&mut columns) {
+        for (field, column) in fields.drain(..).zip(&mut self.columns) {
             row_bytes += column
                 .push(field)
                 .map_err(|e| e.with_detail(origin.line(i)))?;
         }
-        if row_bytes > max_row_bytes && too_big.is_none() {
-            too_big = Some(insert::row_too_big(row_bytes, max_row_bytes));
+        if row_bytes > self.max_row_bytes && self.too_big.is_none() {
+            self.too_big = Some(insert::row_too_big(row_bytes, self.max_row_bytes));
         }
+        self.bytes += size_of::<Vec<ScalarValue>>() + row_bytes;
+        if self.bytes > self.budget {
+            return Err(over_budget(self.budget));
+        }
+        self.rows += 1;
+        Ok(())
     }
-    if let Some(e) = too_big {
-        return Err(e);
+
+    /// The batch of the rows pushed; `None` without rows.
+    pub fn finish(self) -> Result<Option<RecordBatch>> {
+        if let Some(e) = self.too_big {
+            return Err(e);
+        }
+        let (stream, n) = (self.stream, self.rows);
+        if n == 0 {
+            return Ok(None);
+        }
+        let mut built: Vec<Option<ArrayRef>> = vec![None; stream.user_schema.fields().len()];
+        for (column, &t) in self.columns.into_iter().zip(self.targets) {
+            built[t] = Some(column.finish()?);
+        }
+        let arrays = built
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| match a {
+                Some(a) => Ok(a),
+                None => stream.missing_column(i, n),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        insert::check_not_null(stream, &arrays)?;
+        RecordBatch::try_new(stream.user_schema.clone(), arrays)
+            .map(Some)
+            .map_err(Error::from)
     }
-    let mut built: Vec<Option<ArrayRef>> = vec![None; stream.user_schema.fields().len()];
-    for (column, &t) in columns.into_iter().zip(targets) {
-        built[t] = Some(column.finish()?);
-    }
-    let arrays = built
-        .into_iter()
-        .enumerate()
-        .map(|(i, a)| match a {
-            Some(a) => Ok(a),
-            None => stream.missing_column(i, n),
-        })
-        .collect::<Result<Vec<_>>>()?;
-    insert::check_not_null(stream, &arrays)?;
-    RecordBatch::try_new(stream.user_schema.clone(), arrays).map_err(Error::from)
+}
+
+/// 54000: the typed rows of a COPY held whole would take more than `budget` bytes (counted
+/// as `ScalarValue`s, each row's vector included): data of many tiny fields (a NULL takes a
+/// byte of text and 48 or more as a `ScalarValue`) cannot take the server's memory.
+pub fn over_budget(budget: usize) -> Error {
+    Error::new(
+        sqlstate::PROGRAM_LIMIT_EXCEEDED,
+        format!(
+            "COPY rows held whole take more than {budget} bytes once typed (4 x max_copy_bytes); load them in smaller COPYs"
+        ),
+    )
 }
 
 /// One copied column being built.
@@ -108,16 +167,17 @@ enum Column {
     /// A type stored as UTF-8 (`text`, `varchar`, `json`, `jsonb`, `uuid`): a `text` field as
     /// it is, the others as their type's input makes them.
     Strings(ColumnType, StringBuilder),
-    /// Any other type: typed values, made an array at the end.
-    Values(ColumnType, Vec<ScalarValue>),
+    /// Any other type: typed values, made an array every [`VALUES_PER_ARRAY`], and the
+    /// arrays made.
+    Values(ColumnType, Vec<ScalarValue>, Vec<ArrayRef>),
 }
 
 impl Column {
-    /// A column for `rows` rows whose fields' text takes `text_bytes`.
-    fn new(ty: ColumnType, rows: usize, text_bytes: usize) -> Column {
+    /// A column whose fields' text takes about `text_bytes`.
+    fn new(ty: ColumnType, text_bytes: usize) -> Column {
         match ty.arrow_type() {
-            DataType::Utf8 => Column::Strings(ty, StringBuilder::with_capacity(rows, text_bytes)),
-            _ => Column::Values(ty, Vec::with_capacity(rows)),
+            DataType::Utf8 => Column::Strings(ty, StringBuilder::with_capacity(1024, text_bytes)),
+            _ => Column::Values(ty, Vec::with_capacity(VALUES_PER_ARRAY), Vec::new()),
         }
     }
 
@@ -147,13 +207,16 @@ impl Column {
                 }
                 Ok(size)
             }
-            (Column::Values(ty, values), field) => {
+            (Column::Values(ty, values, arrays), field) => {
                 let v = match field {
                     None => ty.coerce(ScalarValue::Null)?,
                     Some(s) => ty.parse_text(&s).and_then(|v| ty.coerce(v))?,
                 };
                 let size = v.size();
                 values.push(v);
+                if values.len() == VALUES_PER_ARRAY {
+                    arrays.push(ScalarValue::iter_to_array(values.drain(..))?);
+                }
                 Ok(size)
             }
         }
@@ -162,10 +225,20 @@ impl Column {
     fn finish(self) -> Result<ArrayRef> {
         match self {
             Column::Strings(_, mut b) => Ok(std::sync::Arc::new(b.finish())),
-            Column::Values(ty, values) if values.is_empty() => {
-                Ok(arrow::array::new_null_array(&ty.arrow_type(), 0))
+            Column::Values(ty, values, mut arrays) => {
+                if !values.is_empty() {
+                    arrays.push(ScalarValue::iter_to_array(values)?);
+                }
+                match arrays.len() {
+                    0 => Ok(arrow::array::new_null_array(&ty.arrow_type(), 0)),
+                    1 => Ok(arrays.remove(0)),
+                    _ => {
+                        let parts: Vec<&dyn arrow::array::Array> =
+                            arrays.iter().map(|a| a.as_ref()).collect();
+                        Ok(arrow::compute::concat(&parts)?)
+                    }
+                }
             }
-            Column::Values(_, values) => Ok(ScalarValue::iter_to_array(values)?),
         }
     }
 }

@@ -74,6 +74,11 @@ impl Server {
         self.spawn().await;
     }
 
+    /// The server process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Crashes the server: SIGKILL, then reaps the process.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -479,3 +479,85 @@ async fn the_end_marker_ends_a_staged_copy_as_it_ends_a_small_one() {
     assert_eq!(count(&client).await, ROWS);
     assert_eq!(staged(server.data_dir()), Vec::<String>::new());
 }
+
+/// Sends `data` in one message as the COPY `sql`, in a transaction block (so it is held
+/// whole); the COPY's result, the block rolled back after it.
+async fn copy_in_block(
+    client: &Client,
+    sql: &str,
+    data: Vec<u8>,
+) -> Result<u64, tokio_postgres::Error> {
+    exec(client, "BEGIN").await;
+    let copied = async {
+        let sink = client.copy_in(sql).await?;
+        futures::pin_mut!(sink);
+        sink.send(bytes::Bytes::from(data)).await?;
+        sink.finish().await
+    }
+    .await;
+    exec(client, "ROLLBACK").await;
+    copied
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_held_whole_of_tiny_fields_stays_within_its_memory() {
+    // An empty CSV line is a NULL: a byte of text, 50 or more once typed as a ScalarValue. 16 MiB
+    // of them, held whole, once held every row's fields and then every typed row (100 MiB
+    // of newlines took a release build to a 14 GB peak); a line of 8 million delimiters was
+    // 8 million fields. Now rows are typed as they are parsed, a row keeps at most one field
+    // more than it may have, and the typed rows of a COPY held whole take at most
+    // 4 x --max-copy-bytes.
+    let server = Server::start_with(&["--max-copy-bytes", "16777216"]).await;
+    let client = server.client().await;
+    exec(&client, "CREATE STREAM n (a bigint)").await;
+    exec(&client, "CREATE TABLE t (k bigint PRIMARY KEY, v bigint)").await;
+    let pid = server.pid().expect("the server runs");
+    let newlines = vec![b'\n'; 16 << 20];
+    let e = expect_sqlstate(
+        copy_in_block(&client, "COPY n FROM STDIN WITH (FORMAT csv)", newlines).await,
+        &SqlState::PROGRAM_LIMIT_EXCEEDED,
+        "16 MiB of NULL rows into a stream, held whole",
+    );
+    assert!(format!("{e:?}").contains("once typed"), "{e:?}");
+    let e = expect_sqlstate(
+        copy_in_block(
+            &client,
+            "COPY t FROM STDIN WITH (FORMAT csv)",
+            b",\n".repeat(8 << 20),
+        )
+        .await,
+        &SqlState::PROGRAM_LIMIT_EXCEEDED,
+        "16 MiB of NULL rows into a table",
+    );
+    assert!(format!("{e:?}").contains("once typed"), "{e:?}");
+    let mut one_row = vec![b','; 8 << 20];
+    one_row.push(b'\n');
+    let e = expect_sqlstate(
+        copy_in_block(&client, "COPY n FROM STDIN WITH (FORMAT csv)", one_row).await,
+        &SqlState::INVALID_TEXT_REPRESENTATION,
+        "a row of 8 million fields into one column",
+    );
+    assert!(
+        format!("{e:?}").contains("extra data after last expected column"),
+        "{e:?}"
+    );
+    // the peak: the data held whole, and what was typed of it before the limit
+    let peak = sluice_tests::hostile::monitor::peak_rss(pid).expect("VmHWM");
+    assert!(
+        peak < 512 << 20,
+        "the server's memory peaked at {} MiB",
+        peak >> 20
+    );
+    // a COPY of the same rows outside a block is staged in chunks: every row loads
+    let sink = client
+        .copy_in("COPY n FROM STDIN WITH (FORMAT csv)")
+        .await
+        .expect("COPY FROM");
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(vec![b'\n'; 1 << 20]))
+        .await
+        .expect("COPY data");
+    assert_eq!(sink.finish().await.expect("COPY"), 1 << 20);
+    let rows = text_rows(&client, "SELECT count(*), count(a) FROM n").await;
+    assert_eq!(rows[0], vec![(1u64 << 20).to_string(), "0".to_string()]);
+}

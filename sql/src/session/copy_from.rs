@@ -33,7 +33,7 @@ use crate::block_catalog::LOCAL_ID_BASE;
 use crate::catalog::Stream;
 use crate::command::{op, Append, CopyAbort, CopyChunk, CopyCommit, Op, OpOutcome};
 use crate::copy;
-use crate::copy_columns::{self, Origin};
+use crate::copy_columns::{self, Origin, TypedColumns};
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
 use crate::insert;
@@ -358,7 +358,8 @@ impl Session {
         let data = std::mem::replace(&mut copy.buf, rest);
         // the connection's worker goes on serving the other connections meanwhile
         let (pending, first_line, rows_before) = (copy.pending.clone(), copy.lines + 1, copy.rows);
-        let max_row_bytes = self.engine.limits.max_row_bytes;
+        // a chunk's typed rows are bounded by the chunk (Arrow's compact form)
+        let (max_row_bytes, budget) = (self.engine.limits.max_row_bytes, usize::MAX);
         let target = stream.clone();
         let (parsed, data) = tokio::task::spawn_blocking(move || {
             let parsed = parse_batch(
@@ -368,6 +369,7 @@ impl Session {
                 first_line,
                 rows_before,
                 max_row_bytes,
+                budget,
             )
             .map(|(batch, n, ended)| {
                 let lines = memchr::memchr_iter(b'\n', &data).count();
@@ -424,15 +426,21 @@ impl Session {
         if let (CopyTarget::Stream(stream), false) =
             (&copy.target, matches!(copy.format, CopyFormat::Binary))
         {
-            let max_row_bytes = self.engine.limits.max_row_bytes;
-            let (batch, n, _) = parse_batch(&copy, stream, data, 1, 0, max_row_bytes)?;
+            let (max_row_bytes, budget) = (self.engine.limits.max_row_bytes, self.typed_budget());
+            let (batch, n, _) = parse_batch(&copy, stream, data, 1, 0, max_row_bytes, budget)?;
             if let Some(batch) = batch {
                 self.append(stream, &batch).await?;
             }
             return Ok(Output::Tag(format!("COPY {n}")));
         }
-        let (values, _) = parse_values(&copy, data, 1, 0)?;
+        let (values, _) = parse_values(&copy, data, 1, 0, self.typed_budget())?;
         self.append_copied(&copy, values).await
+    }
+
+    /// At most how many bytes the rows of a COPY held whole take once typed, as
+    /// `ScalarValue`s count (see [`copy_columns::over_budget`]).
+    fn typed_budget(&self) -> usize {
+        self.engine.limits.max_copy_bytes.saturating_mul(4)
     }
 
     async fn append_copied(
@@ -609,24 +617,25 @@ fn parse_batch(
     first_line: usize,
     rows_before: u64,
     max_row_bytes: usize,
+    budget: usize,
 ) -> Result<(Option<RecordBatch>, usize, bool)> {
-    let (rows, ended) = copy::parse_rows_until(utf8(data)?, &copy.format, first_line)?;
-    let n = rows.len();
-    if n == 0 {
-        return Ok((None, 0, ended));
-    }
     let origin = Origin {
         relation: copy.target.name(),
         rows_before,
     };
-    let batch = copy_columns::typed_batch(
-        stream,
-        &copy.targets,
-        rows,
-        &origin,
-        max_row_bytes,
+    let mut columns = TypedColumns::new(stream, &copy.targets, data.len(), max_row_bytes, budget);
+    let mut n = 0;
+    let ended = copy::for_each_row(
+        utf8(data)?,
+        &copy.format,
+        first_line,
+        copy.targets.len(),
+        |fields| {
+            n += 1;
+            columns.push(fields, &origin)
+        },
     )?;
-    Ok((Some(batch), n, ended))
+    Ok((columns.finish()?, n, ended))
 }
 
 fn utf8(data: &[u8]) -> Result<&str> {
@@ -639,66 +648,88 @@ fn utf8(data: &[u8]) -> Result<&str> {
 }
 
 /// Typed rows from a piece of COPY data that starts at line `first_line` after `rows_before`
-/// rows.
+/// rows, held whole (a COPY into a table, in binary): at most `budget` bytes of them.
 fn parse_values(
     copy: &PendingCopy,
     data: &[u8],
     first_line: usize,
     rows_before: u64,
+    budget: usize,
 ) -> Result<(Vec<Vec<ScalarValue>>, bool)> {
+    let mut held = HeldRows {
+        copy,
+        origin: Origin {
+            relation: copy.target.name(),
+            rows_before,
+        },
+        rows: Vec::new(),
+        bytes: 0,
+        budget,
+    };
     if matches!(copy.format, CopyFormat::Binary) {
-        let rows = crate::binary::copy_rows(data)?;
-        return Ok((
-            copy_values(copy, rows, rows_before, crate::binary::decode)?,
-            false,
-        ));
+        for row in crate::binary::copy_rows(data)? {
+            held.push(row.into_iter(), crate::binary::decode)?;
+        }
+        return Ok((held.rows, false));
     }
-    let (rows, ended) = copy::parse_rows_until(utf8(data)?, &copy.format, first_line)?;
-    let values = copy_values(copy, rows, rows_before, |ty, text: Cow<str>| {
-        ty.parse_text(&text)
-    })?;
-    Ok((values, ended))
+    let ended = copy::for_each_row(
+        utf8(data)?,
+        &copy.format,
+        first_line,
+        copy.targets.len(),
+        |fields| held.push(fields.drain(..), |ty, text: Cow<str>| ty.parse_text(&text)),
+    )?;
+    Ok((held.rows, ended))
 }
 
-/// Typed rows from COPY fields (`None` = NULL), decoded per format; an
-/// error names the COPY line (rows counted from `rows_before`).
-fn copy_values<F>(
-    copy: &PendingCopy,
-    rows: Vec<Vec<Option<F>>>,
-    rows_before: u64,
-    decode: impl Fn(ColumnType, F) -> Result<ScalarValue>,
-) -> Result<Vec<Vec<ScalarValue>>> {
-    let origin = Origin {
-        relation: copy.target.name(),
-        rows_before,
-    };
-    let line = |i: usize| origin.line(i);
-    rows.into_iter()
-        .enumerate()
-        .map(|(i, row)| {
-            if row.len() != copy.targets.len() {
-                let msg = if row.len() < copy.targets.len() {
-                    "missing data for column"
-                } else {
-                    "extra data after last expected column"
-                };
-                return Err(
-                    Error::new(sqlstate::INVALID_TEXT_REPRESENTATION, msg).with_detail(line(i))
-                );
-            }
-            row.into_iter()
-                .zip(&copy.targets)
-                .map(|(f, &t)| {
-                    let ty = copy.target.column_type(t);
-                    match f {
-                        None => ty.coerce(ScalarValue::Null),
-                        Some(v) => decode(ty, v).and_then(|v| ty.coerce(v)),
-                    }
-                    .map_err(|e| e.with_detail(line(i)))
-                })
-                .collect()
-        })
-        .collect()
+/// Rows of a COPY held whole, typed as they come: at most `budget` bytes of them (as
+/// `ScalarValue::size` counts, and each row's vector), so that data of many tiny fields
+/// (a `ScalarValue` takes 48 bytes and more) cannot take the server's memory.
+struct HeldRows<'c> {
+    copy: &'c PendingCopy,
+    origin: Origin<'c>,
+    rows: Vec<Vec<ScalarValue>>,
+    bytes: usize,
+    budget: usize,
+}
+
+impl HeldRows<'_> {
+    /// Types a row's fields (`None` = NULL) with `decode`; an error names the COPY line.
+    fn push<F>(
+        &mut self,
+        fields: impl ExactSizeIterator<Item = Option<F>>,
+        decode: impl Fn(ColumnType, F) -> Result<ScalarValue>,
+    ) -> Result<()> {
+        let (copy, i) = (self.copy, self.rows.len());
+        let targets = copy.targets.len();
+        if fields.len() != targets {
+            let msg = if fields.len() < targets {
+                "missing data for column"
+            } else {
+                "extra data after last expected column"
+            };
+            return Err(Error::new(sqlstate::INVALID_TEXT_REPRESENTATION, msg)
+                .with_detail(self.origin.line(i)));
+        }
+        let row = fields
+            .zip(&copy.targets)
+            .map(|(f, &t)| {
+                let ty = copy.target.column_type(t);
+                match f {
+                    None => ty.coerce(ScalarValue::Null),
+                    Some(v) => decode(ty, v).and_then(|v| ty.coerce(v)),
+                }
+                .map_err(|e| e.with_detail(self.origin.line(i)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.bytes += std::mem::size_of::<Vec<ScalarValue>>()
+            + row.iter().map(ScalarValue::size).sum::<usize>();
+        if self.bytes > self.budget {
+            return Err(copy_columns::over_budget(self.budget));
+        }
+        self.rows.push(row);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -821,11 +852,12 @@ mod tests {
                 1,
                 rows_before,
                 max_row_bytes,
+                usize::MAX,
             )
             .map(|(b, _, _)| b);
-            let want = parse_values(&copy, data.as_bytes(), 1, rows_before).and_then(|(v, _)| {
-                insert::build_batch(&stream, &targets, v, max_row_bytes).map(Some)
-            });
+            let want = parse_values(&copy, data.as_bytes(), 1, rows_before, usize::MAX).and_then(
+                |(v, _)| insert::build_batch(&stream, &targets, v, max_row_bytes).map(Some),
+            );
             match (got, want) {
                 (Ok(g), Ok(w)) => {
                     assert_eq!(g, w, "{data:?}");
