@@ -1,9 +1,11 @@
 //! COPY FROM STDIN: PostgreSQL's text and CSV formats into rows of fields.
 //!
-//! The parser works on the whole payload the client sent (bounded by
-//! `max_copy_bytes`) and reports errors the way PostgreSQL does, naming the
-//! line. A NULL is recognized before unescaping (text) or only when
-//! unquoted (CSV), as in PostgreSQL.
+//! The parser works on a piece of a COPY's data that starts at a row (a staged COPY's
+//! chunk, or all of a COPY held whole) and hands out its rows one at a time
+//! ([`for_each_row`]), each field borrowed from the data unless unescaping changed it:
+//! parsing holds one row, and a row at most one field more than the COPY takes. Errors
+//! name the line, as PostgreSQL's do. A NULL is recognized before unescaping (text) or
+//! only when unquoted (CSV), as in PostgreSQL.
 
 use std::borrow::Cow;
 
