@@ -20,21 +20,13 @@ pub type Rows<'a> = Vec<Fields<'a>>;
 
 /// Split a COPY payload into rows of fields (`None` = NULL).
 pub fn parse_rows<'a>(data: &'a str, format: &CopyFormat) -> Result<Rows<'a>> {
-    parse_rows_at(data, format, 1)
+    parse_rows_until(data, format, 1).map(|(rows, _)| rows)
 }
 
-/// [`parse_rows`] of a piece of a COPY's data that starts at line `first_line` (errors name
-/// the line in the whole COPY); a CSV header is skipped only in the piece at line 1.
-pub fn parse_rows_at<'a>(
-    data: &'a str,
-    format: &CopyFormat,
-    first_line: usize,
-) -> Result<Rows<'a>> {
-    parse_rows_until(data, format, first_line).map(|(rows, _)| rows)
-}
-
-/// [`parse_rows_at`], and whether the piece holds the end-of-data marker (`\.` on a line of
-/// its own): nothing after it is data, in this piece or any later one.
+/// The rows of a piece of a COPY's data that starts at line `first_line` (errors name the
+/// line in the whole COPY; a CSV header is skipped only in the piece at line 1), and whether
+/// the piece holds the end-of-data marker (`\.` on a line of its own): nothing after it is
+/// data, in this piece or any later one.
 pub fn parse_rows_until<'a>(
     data: &'a str,
     format: &CopyFormat,

@@ -39,6 +39,41 @@ impl Origin<'_> {
             self.rows_before + i as u64 + 1
         )
     }
+
+    /// 22P02 when row `i` holds `fields` fields where `columns` are copied.
+    pub fn check_width(&self, i: usize, fields: usize, columns: usize) -> Result<()> {
+        if fields == columns {
+            return Ok(());
+        }
+        let msg = if fields < columns {
+            "missing data for column"
+        } else {
+            "extra data after last expected column"
+        };
+        Err(Error::new(sqlstate::INVALID_TEXT_REPRESENTATION, msg).with_detail(self.line(i)))
+    }
+}
+
+/// What the typed rows of a COPY take, as `ScalarValue`s count (each row's vector
+/// included), and at most how much ([`over_budget`] beyond).
+pub struct Budget {
+    bytes: usize,
+    max: usize,
+}
+
+impl Budget {
+    pub fn new(max: usize) -> Budget {
+        Budget { bytes: 0, max }
+    }
+
+    /// Counts a typed row of `row_bytes`.
+    pub fn take(&mut self, row_bytes: usize) -> Result<()> {
+        self.bytes += size_of::<Vec<ScalarValue>>() + row_bytes;
+        if self.bytes > self.max {
+            return Err(over_budget(self.max));
+        }
+        Ok(())
+    }
 }
 
 /// Values a column holds as `ScalarValue`s before they become an array: typing a chunk holds
@@ -56,9 +91,7 @@ pub struct TypedColumns<'s> {
     max_row_bytes: usize,
     /// The first row over `max_row_bytes`: reported after every field error.
     too_big: Option<Error>,
-    /// Bytes of the rows typed so far, as `ScalarValue`s count them, and at most how many.
-    bytes: usize,
-    budget: usize,
+    budget: Budget,
 }
 
 impl<'s> TypedColumns<'s> {
@@ -87,24 +120,14 @@ impl<'s> TypedColumns<'s> {
             rows: 0,
             max_row_bytes,
             too_big: None,
-            bytes: 0,
-            budget,
+            budget: Budget::new(budget),
         }
     }
 
     /// Types one row's fields (taken from `fields`); an error names its line in `origin`.
     pub fn push(&mut self, fields: &mut Fields<'_>, origin: &Origin<'_>) -> Result<()> {
         let i = self.rows;
-        if fields.len() != self.targets.len() {
-            let msg = if fields.len() < self.targets.len() {
-                "missing data for column"
-            } else {
-                "extra data after last expected column"
-            };
-            return Err(
-                Error::new(sqlstate::INVALID_TEXT_REPRESENTATION, msg).with_detail(origin.line(i))
-            );
-        }
+        origin.check_width(i, fields.len(), self.targets.len())?;
         let mut row_bytes = 0;
         for (field, column) in fields.drain(..).zip(&mut self.columns) {
             row_bytes += column
@@ -114,10 +137,7 @@ impl<'s> TypedColumns<'s> {
         if row_bytes > self.max_row_bytes && self.too_big.is_none() {
             self.too_big = Some(insert::row_too_big(row_bytes, self.max_row_bytes));
         }
-        self.bytes += size_of::<Vec<ScalarValue>>() + row_bytes;
-        if self.bytes > self.budget {
-            return Err(over_budget(self.budget));
-        }
+        self.budget.take(row_bytes)?;
         self.rows += 1;
         Ok(())
     }

@@ -33,7 +33,7 @@ use crate::block_catalog::LOCAL_ID_BASE;
 use crate::catalog::Stream;
 use crate::command::{op, Append, CopyAbort, CopyChunk, CopyCommit, Op, OpOutcome};
 use crate::copy;
-use crate::copy_columns::{self, Origin, TypedColumns};
+use crate::copy_columns::{Budget, Origin, TypedColumns};
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
 use crate::insert;
@@ -438,7 +438,7 @@ impl Session {
     }
 
     /// At most how many bytes the rows of a COPY held whole take once typed, as
-    /// `ScalarValue`s count (see [`copy_columns::over_budget`]).
+    /// `ScalarValue`s count (see [`crate::copy_columns::over_budget`]).
     fn typed_budget(&self) -> usize {
         self.engine.limits.max_copy_bytes.saturating_mul(4)
     }
@@ -608,7 +608,7 @@ async fn settle(copy: &mut CopyIn, bound: usize) -> Result<()> {
 }
 
 /// A piece of text or CSV COPY data into a stream (starting at line `first_line`, after
-/// `rows_before` rows), typed straight into the stream's batch ([`copy_columns`]): the
+/// `rows_before` rows), typed straight into the stream's batch ([`crate::copy_columns`]): the
 /// batch (none without rows), its rows, and whether the end marker ended the data.
 fn parse_batch(
     copy: &PendingCopy,
@@ -663,8 +663,7 @@ fn parse_values(
             rows_before,
         },
         rows: Vec::new(),
-        bytes: 0,
-        budget,
+        budget: Budget::new(budget),
     };
     if matches!(copy.format, CopyFormat::Binary) {
         for row in crate::binary::copy_rows(data)? {
@@ -689,8 +688,7 @@ struct HeldRows<'c> {
     copy: &'c PendingCopy,
     origin: Origin<'c>,
     rows: Vec<Vec<ScalarValue>>,
-    bytes: usize,
-    budget: usize,
+    budget: Budget,
 }
 
 impl HeldRows<'_> {
@@ -701,16 +699,8 @@ impl HeldRows<'_> {
         decode: impl Fn(ColumnType, F) -> Result<ScalarValue>,
     ) -> Result<()> {
         let (copy, i) = (self.copy, self.rows.len());
-        let targets = copy.targets.len();
-        if fields.len() != targets {
-            let msg = if fields.len() < targets {
-                "missing data for column"
-            } else {
-                "extra data after last expected column"
-            };
-            return Err(Error::new(sqlstate::INVALID_TEXT_REPRESENTATION, msg)
-                .with_detail(self.origin.line(i)));
-        }
+        self.origin
+            .check_width(i, fields.len(), copy.targets.len())?;
         let row = fields
             .zip(&copy.targets)
             .map(|(f, &t)| {
@@ -722,11 +712,7 @@ impl HeldRows<'_> {
                 .map_err(|e| e.with_detail(self.origin.line(i)))
             })
             .collect::<Result<Vec<_>>>()?;
-        self.bytes += std::mem::size_of::<Vec<ScalarValue>>()
-            + row.iter().map(ScalarValue::size).sum::<usize>();
-        if self.bytes > self.budget {
-            return Err(copy_columns::over_budget(self.budget));
-        }
+        self.budget.take(row.iter().map(ScalarValue::size).sum())?;
         self.rows.push(row);
         Ok(())
     }
