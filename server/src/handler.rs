@@ -666,6 +666,38 @@ async fn closed<C>(client: &mut C, raw: RawAccess<C>) -> PgWireError {
     }
 }
 
+/// A Describe's answer, into the write buffer: ParameterDescription (for a
+/// statement), then NoData or the RowDescription.
+async fn feed_describe<C>(
+    client: &mut C,
+    parameters: Option<&[Type]>,
+    no_rows: bool,
+    fields: &[FieldInfo],
+) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
+    if let Some(types) = parameters {
+        let oids = types.iter().map(|t| t.oid()).collect();
+        client
+            .feed(PgWireBackendMessage::ParameterDescription(
+                ParameterDescription::new(oids),
+            ))
+            .await?;
+    }
+    let answer = if no_rows {
+        PgWireBackendMessage::NoData(NoData::new())
+    } else {
+        PgWireBackendMessage::RowDescription(RowDescription::new(
+            fields.iter().map(Into::into).collect(),
+        ))
+    };
+    client.feed(answer).await?;
+    Ok(())
+}
+
 /// `fut`, or the client leaving first (with `raw`, see [`closed`]).
 async fn unless_closed<C, F: std::future::Future>(
     client: &mut C,
@@ -1524,7 +1556,10 @@ impl ExtendedQueryHandler for Backend {
 
     /// Describe of a portal pgwire does not know may name a cursor made
     /// with SQL `DECLARE` (psycopg's server-side cursors do this): answer
-    /// with the cursor's columns.
+    /// with the cursor's columns. The answer waits in the write buffer for
+    /// the Sync or Flush, like ParseComplete (see `on_parse`): pgwire's
+    /// default flushes it at once, and a prepared INSERT (Bind, Describe,
+    /// Execute, Sync) then costs two sends and two client wake-ups.
     async fn on_describe<C>(
         &self,
         client: &mut C,
@@ -1536,47 +1571,45 @@ impl ExtendedQueryHandler for Backend {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        // A statement that returns no rows is described with NoData even
-        // when it has parameters (pgwire would send an empty RowDescription,
-        // which pgjdbc rejects for INSERT).
-        if message.target_type == TARGET_TYPE_BYTE_STATEMENT {
-            let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
-            let entry = client.portal_store().get_statement(name);
-            if let Some(stored) = entry.as_ref().and_then(|e| e.value()) {
-                if stored.statement.desc.schema.is_none() {
-                    // pgwire's own answer (client-given types win), sent
-                    // with NoData
-                    let resp = self.do_describe_statement(client, stored).await?;
-                    let params = resp.parameters;
-                    client
-                        .feed(PgWireBackendMessage::ParameterDescription(
-                            pgwire::messages::data::ParameterDescription::new(
-                                params.iter().map(|t| t.oid()).collect(),
-                            ),
-                        ))
-                        .await?;
-                    client
-                        .feed(PgWireBackendMessage::NoData(
-                            pgwire::messages::data::NoData::new(),
-                        ))
-                        .await?;
-                    return Ok(());
+        use pgwire::api::results::{
+            DescribePortalResponse, DescribeResponse, DescribeStatementResponse,
+        };
+        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+        match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => match client.portal_store().get_statement(name) {
+                Some(Entry::Value(stored)) => {
+                    let resp = self.do_describe_statement(client, &stored).await?;
+                    // A statement that returns no rows is described with NoData
+                    // even when it has parameters (pgwire would send an empty
+                    // RowDescription, which pgjdbc rejects for INSERT).
+                    let no_rows = stored.statement.desc.schema.is_none() || resp.is_no_data();
+                    feed_describe(client, resp.parameters(), no_rows, resp.fields()).await
                 }
-            }
-        }
-        if message.target_type == TARGET_TYPE_BYTE_PORTAL {
-            let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
-            if client.portal_store().get_portal(name).is_none() {
-                let session = session_of(client)?;
-                let schema = session.lock().await.cursor_schema(name);
-                if let Some(schema) = schema {
-                    let fields = field_infos(&schema, |_| FieldFormat::Text);
-                    let resp = pgwire::api::results::DescribePortalResponse::new(fields);
-                    return pgwire::api::query::send_describe_response(client, &resp).await;
+                Some(Entry::Empty) => {
+                    let resp = DescribeStatementResponse::no_data();
+                    feed_describe(client, resp.parameters(), true, &[]).await
                 }
-            }
+                None => Err(PgWireError::StatementNotFound(name.to_owned())),
+            },
+            TARGET_TYPE_BYTE_PORTAL => match client.portal_store().get_portal(name) {
+                Some(Entry::Value(portal)) => {
+                    let resp = self.do_describe_portal(client, &portal).await?;
+                    feed_describe(client, None, resp.is_no_data(), resp.fields()).await
+                }
+                Some(Entry::Empty) => feed_describe(client, None, true, &[]).await,
+                None => {
+                    let session = session_of(client)?;
+                    let schema = session.lock().await.cursor_schema(name);
+                    let Some(schema) = schema else {
+                        return Err(PgWireError::PortalNotFound(name.to_owned()));
+                    };
+                    let resp =
+                        DescribePortalResponse::new(field_infos(&schema, |_| FieldFormat::Text));
+                    feed_describe(client, None, resp.is_no_data(), resp.fields()).await
+                }
+            },
+            other => Err(PgWireError::InvalidTargetType(other)),
         }
-        self._on_describe(client, message).await
     }
 
     /// A row-limited Execute on a tailable query behaves like FETCH: the

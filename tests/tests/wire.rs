@@ -1,10 +1,10 @@
 //! The wire protocol byte for byte, with a raw socket: what the server
 //! sends, and when. Drivers hide both, so these are checked here.
 //!
-//! The extended protocol's ParseComplete, BindComplete and CloseComplete
-//! wait in the server's buffer until the client sends Sync or Flush, as
-//! in PostgreSQL; a server that flushed each one would cost every
-//! statement an extra send and an extra client wake-up.
+//! The extended protocol's ParseComplete, BindComplete, CloseComplete and
+//! Describe answers wait in the server's buffer until the client sends Sync
+//! or Flush, as in PostgreSQL; a server that flushed each one would cost
+//! every statement an extra send and an extra client wake-up.
 
 use std::time::Duration;
 
@@ -60,6 +60,84 @@ async fn extended_protocol_answers_wait_for_sync_or_flush() {
     batch.extend(message(b'S', &[]));
     wire.send(&batch).await;
     assert_eq!(wire.until_ready().await, b"12EZ".to_vec());
+}
+
+/// Describe of the unnamed statement (`b'S'`) or portal (`b'P'`).
+fn describe(target: u8) -> Vec<u8> {
+    let mut body = vec![target];
+    body.extend(sluice_tests::wire::cstr(""));
+    message(b'D', &body)
+}
+
+/// Describe's answers wait for Sync or Flush too. A prepared INSERT as
+/// pgbench -M prepared sends it (Bind, Describe, Execute, Sync in one
+/// packet) was answered in two writes: BindComplete and NoData at once
+/// (pgwire's default Describe flushes), the rest after the commit — two
+/// client wake-ups per statement. The old server fails the first check.
+#[tokio::test]
+async fn describe_answers_wait_for_sync_or_flush() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    exec(&client, "CREATE STREAM dw (n bigint)").await;
+    let mut wire = Wire::connect(server.port()).await;
+
+    let mut batch = parse("INSERT INTO dw (n) VALUES (1)");
+    batch.extend(message(b'S', &[]));
+    wire.send(&batch).await;
+    assert_eq!(wire.until_ready().await, b"1Z".to_vec());
+
+    // the prepared INSERT without its Sync: nothing is answered yet
+    let mut batch = bind();
+    batch.extend(describe(b'P'));
+    batch.extend(execute());
+    wire.send(&batch).await;
+    assert_eq!(
+        wire.next(QUIET).await,
+        None,
+        "answered before Sync or Flush"
+    );
+    wire.send(&message(b'S', &[])).await;
+    assert_eq!(wire.until_ready().await, b"2nCZ".to_vec());
+
+    // a statement and a portal with columns, described before a Flush
+    let mut batch = parse("SELECT $1::bigint AS n");
+    batch.extend(describe(b'S'));
+    wire.send(&batch).await;
+    assert_eq!(
+        wire.next(QUIET).await,
+        None,
+        "answered before Sync or Flush"
+    );
+    wire.send(&message(b'H', &[])).await;
+    for tag in [b'1', b't', b'T'] {
+        assert_eq!(wire.next(ANSWER).await.map(|m| m.0), Some(tag));
+    }
+    let mut body = sluice_tests::wire::cstr("");
+    body.extend(sluice_tests::wire::cstr(""));
+    body.extend_from_slice(&0i16.to_be_bytes()); // parameter formats: text
+    body.extend_from_slice(&1i16.to_be_bytes()); // one parameter
+    body.extend_from_slice(&1i32.to_be_bytes());
+    body.push(b'7');
+    body.extend_from_slice(&0i16.to_be_bytes()); // result formats
+    let mut batch = message(b'B', &body);
+    batch.extend(describe(b'P'));
+    batch.extend(execute());
+    batch.extend(message(b'S', &[]));
+    wire.send(&batch).await;
+    assert_eq!(wire.until_ready().await, b"2TDCZ".to_vec());
+
+    // a Describe of what does not exist is an error at Sync
+    let mut batch = describe(b'S');
+    batch.extend(close());
+    batch.extend(describe(b'S'));
+    batch.extend(message(b'S', &[]));
+    wire.send(&batch).await;
+    assert_eq!(wire.until_ready().await, b"tT3EZ".to_vec());
+    let row = client
+        .query_one("SELECT count(*) FROM dw", &[])
+        .await
+        .expect("count");
+    assert_eq!(row.get::<_, i64>(0), 1, "the INSERT committed once");
 }
 
 /// Bind of the unnamed statement to portal `portal`, no parameters.
