@@ -964,7 +964,7 @@ def rows_aggregate(run: Run) -> list[Row]:
 # issue 25's wide-history point (bench/wide_history.sh): query, what it is, and
 # PostgreSQL's seconds ÷ Sluice's at least (None: measured, no target)
 WIDE_QUERIES = [
-    ("load", "load, 20 psql `\\copy`", 2.0),
+    ("load", "load, 20 psql `\\copy` (median of 3 alternating loads)", 2.0),
     ("copy", "`COPY (SELECT * FROM h) TO STDOUT`", None),
     ("group", "GROUP BY customer, count(*), sum(amount)", 5.0),
     ("filter", "count(*) WHERE customer = 'c7'", 2.0),

@@ -3,7 +3,8 @@
 # client, Sluice and a temporary PostgreSQL 15 side by side on this machine.
 #
 #   h (customer text, amount numeric(12,2), payload text), ~1 KiB payloads,
-#   loaded with 20 `\copy` of rows/20 rows each; then, three runs each:
+#   loaded with 20 `\copy` of rows/20 rows each (three alternating loads,
+#   the last one kept); then, three runs each:
 #   COPY (SELECT * FROM h) TO STDOUT, the GROUP BY customer aggregate, and
 #   count(*) WHERE customer = 'c7'. Median seconds per system, the ratio
 #   PostgreSQL / Sluice (> 1: Sluice is faster), Sluice's RSS after the load.
@@ -151,22 +152,35 @@ timed() {
   t0=$(now); "$psql" "$url" -Xq "$@" > /dev/null; t1=$(now)
   echo "$t1 - $t0" | bc -l
 }
-declare -A result
-for system in sluice postgres; do
-  url=$sl; [ $system = postgres ] && url=$pg
-  echo "== $system: load" >&2
-  sync
-  t0=$(now)
-  for f in "$work"/h*.csv; do
-    "$psql" "$url" -Xqc "\\copy h (customer, amount, payload) FROM '$f' WITH (FORMAT csv)"
+# the load: three runs each, the systems taking turns, as for the bulk copy (one
+# PostgreSQL load took 7 s in one run and 12 s in the next); runs 1 and 2 go into
+# streams/tables of their own, dropped after; run 3 loads h, which the queries read
+declare -A result load_runs
+for k in 1 2 3; do
+  for system in sluice postgres; do
+    url=$sl; [ $system = postgres ] && url=$pg
+    table=h; [ $k -lt 3 ] && { table=load$k; create_bulk $system $table; }
+    echo "== $system: load (run $k)" >&2
+    sync
+    t0=$(now)
+    for f in "$work"/h*.csv; do
+      "$psql" "$url" -Xqc "\\copy $table (customer, amount, payload) FROM '$f' WITH (FORMAT csv)"
+    done
+    t1=$(now)
+    load_runs[$system]+=" $(echo "$t1 - $t0" | bc -l)"
+    got=$("$psql" "$url" -XAtc "SELECT count(*) FROM $table")
+    [ "$got" = "$rows" ] || { echo "$system: load has $got rows, expected $rows" >&2; exit 1; }
+    if [ $k -lt 3 ]; then
+      kind=TABLE; [ $system = sluice ] && kind=STREAM
+      "$psql" "$url" -Xqc "DROP $kind $table"
+    fi
   done
-  t1=$(now)
-  result[$system,load]=$(echo "$t1 - $t0" | bc -l)
-  [ $system = postgres ] && "$psql" "$url" -Xqc "VACUUM ANALYZE h"
-  if [ $system = sluice ]; then
-    rss_kib=$(awk '/VmRSS/ { print $2 }' /proc/$sluice_pid/status)
-  fi
 done
+for system in sluice postgres; do
+  result[$system,load]=$(median ${load_runs[$system]})
+done
+"$psql" "$pg" -Xqc "VACUUM ANALYZE h"
+rss_kib=$(awk '/VmRSS/ { print $2 }' /proc/$sluice_pid/status)
 # queries: the systems take turns, three runs each
 declare -A runs
 for k in 1 2 3; do
@@ -207,8 +221,9 @@ md=bench/results/wide-$(date -u +%Y-%m-%dT%H%M%SZ).md
   printf '| one \\copy of %d bytes (%d rows), median of 3 alternating runs; Sluice peak RSS %d MiB; the same with a bad row at 90%%: nothing visible on either | %.2f | %.2f | %.2fx | %s | %s |\n' \
     "$bulk_bytes" "$bulk_rows" $((bulk_hwm_kib / 1024)) "${bulk[sluice]}" "${bulk[postgres]}" \
     "$(echo "${bulk[postgres]} / ${bulk[sluice]}" | bc -l)" "${bulk_runs[sluice]}" "${bulk_runs[postgres]}"
-  printf '| load (%d x \\copy of %d rows) | %.2f | %.2f | %.2fx | | |\n' $chunks $per_chunk "${result[sluice,load]}" "${result[postgres,load]}" \
-    "$(echo "${result[postgres,load]} / ${result[sluice,load]}" | bc -l)"
+  printf '| load (%d x \\copy of %d rows), median of 3 alternating runs | %.2f | %.2f | %.2fx | %s | %s |\n' $chunks $per_chunk "${result[sluice,load]}" "${result[postgres,load]}" \
+    "$(echo "${result[postgres,load]} / ${result[sluice,load]}" | bc -l)" \
+    "$(printf '%.2f ' ${load_runs[sluice]})" "$(printf '%.2f ' ${load_runs[postgres]})"
   for q in copy group filter; do
     case $q in
       copy) name="COPY (SELECT * FROM h) TO STDOUT" ;;
