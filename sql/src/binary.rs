@@ -235,9 +235,14 @@ pub fn decode_numeric(b: &[u8]) -> Option<String> {
     Some(s)
 }
 
-/// Parse a whole `COPY ... (FORMAT binary)` payload into rows of raw field
-/// bytes (`None` = NULL).
-pub fn copy_rows(data: &[u8]) -> Result<Vec<Vec<Option<&[u8]>>>> {
+/// Calls `each` with every row of a `COPY ... (FORMAT binary)` payload, in order, as raw
+/// field bytes (`None` = NULL). One vector takes each row in turn (a row has at most
+/// 32,767 fields): the rows are never all held at once, so a payload of many tiny rows
+/// costs no more memory than what `each` keeps of them.
+pub fn for_each_copy_row<'a>(
+    data: &'a [u8],
+    mut each: impl FnMut(&mut Vec<Option<&'a [u8]>>) -> Result<()>,
+) -> Result<()> {
     const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
     let bad = |what: &str| {
         Error::new(
@@ -251,7 +256,7 @@ pub fn copy_rows(data: &[u8]) -> Result<Vec<Vec<Option<&[u8]>>>> {
     let mut pos = SIGNATURE.len() + 4;
     let ext = i32::from_be_bytes([data[pos], data[pos + 1], data[pos + 2], data[pos + 3]]);
     pos += 4 + ext.max(0) as usize;
-    let mut rows = Vec::new();
+    let mut row = Vec::new();
     loop {
         // the -1 trailer is optional: data may also just end between rows
         if pos == data.len() {
@@ -265,7 +270,7 @@ pub fn copy_rows(data: &[u8]) -> Result<Vec<Vec<Option<&[u8]>>>> {
         if n == -1 {
             break;
         }
-        let mut row = Vec::with_capacity(n.max(0) as usize);
+        row.clear();
         for _ in 0..n {
             let Some(len) = data.get(pos..pos + 4) else {
                 return Err(bad("truncated field length"));
@@ -283,9 +288,9 @@ pub fn copy_rows(data: &[u8]) -> Result<Vec<Vec<Option<&[u8]>>>> {
                 pos = end;
             }
         }
-        rows.push(row);
+        each(&mut row)?;
     }
-    Ok(rows)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -323,6 +328,16 @@ mod tests {
         // 12.5 as numeric: ndigits 2, weight 0, sign +, dscale 1, digits [12, 5000]
         let n = [0u8, 2, 0, 0, 0, 0, 0, 1, 0, 12, 0x13, 0x88];
         assert_eq!(decode_numeric(&n).unwrap(), "12.5");
+    }
+
+    /// Every row of a binary COPY payload.
+    fn copy_rows(data: &[u8]) -> Result<Vec<Vec<Option<&[u8]>>>> {
+        let mut rows = Vec::new();
+        for_each_copy_row(data, |row| {
+            rows.push(row.clone());
+            Ok(())
+        })?;
+        Ok(rows)
     }
 
     #[test]

@@ -666,9 +666,9 @@ fn parse_values(
         budget: Budget::new(budget),
     };
     if matches!(copy.format, CopyFormat::Binary) {
-        for row in crate::binary::copy_rows(data)? {
-            held.push(row.into_iter(), crate::binary::decode)?;
-        }
+        crate::binary::for_each_copy_row(data, |row| {
+            held.push(row.drain(..), crate::binary::decode)
+        })?;
         return Ok((held.rows, false));
     }
     let ended = copy::for_each_row(
@@ -712,7 +712,9 @@ impl HeldRows<'_> {
                 .map_err(|e| e.with_detail(self.origin.line(i)))
             })
             .collect::<Result<Vec<_>>>()?;
-        self.budget.take(row.iter().map(ScalarValue::size).sum())?;
+        let vector = std::mem::size_of::<Vec<ScalarValue>>();
+        self.budget
+            .take(vector + row.iter().map(ScalarValue::size).sum::<usize>())?;
         self.rows.push(row);
         Ok(())
     }
