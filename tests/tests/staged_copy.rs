@@ -576,9 +576,7 @@ async fn a_binary_copy_held_whole_of_tiny_rows_stays_within_its_memory() {
     let client = server.client().await;
     exec(&client, "CREATE STREAM nb (a bigint)").await;
     let pid = server.pid().expect("the server runs");
-    let mut data = b"PGCOPY\n\xff\r\n\0".to_vec();
-    data.extend(0i32.to_be_bytes());
-    data.extend(0i32.to_be_bytes());
+    let mut data = binary_header();
     let row = [0u8, 1, 0xff, 0xff, 0xff, 0xff];
     while data.len() + row.len() + 7 <= INPUT {
         data.extend_from_slice(&row);
@@ -599,9 +597,7 @@ async fn a_binary_copy_held_whole_of_tiny_rows_stays_within_its_memory() {
         peak >> 20
     );
     // the same rows, fewer of them, load
-    let mut small = b"PGCOPY\n\xff\r\n\0".to_vec();
-    small.extend(0i32.to_be_bytes());
-    small.extend(0i32.to_be_bytes());
+    let mut small = binary_header();
     for _ in 0..1000 {
         small.extend_from_slice(&row);
     }
@@ -618,4 +614,12 @@ async fn a_binary_copy_held_whole_of_tiny_rows_stays_within_its_memory() {
     exec(&client, "COMMIT").await;
     let rows = text_rows(&client, "SELECT count(*), count(a) FROM nb").await;
     assert_eq!(rows[0], vec!["1000".to_string(), "0".to_string()]);
+}
+
+/// The signature, flags and header extension of a binary COPY payload.
+fn binary_header() -> Vec<u8> {
+    let mut data = b"PGCOPY\n\xff\r\n\0".to_vec();
+    data.extend(0i32.to_be_bytes());
+    data.extend(0i32.to_be_bytes());
+    data
 }

@@ -23,11 +23,7 @@ async fn extended_protocol_answers_wait_for_sync_or_flush() {
     let mut batch = parse("SELECT 1");
     batch.extend(bind());
     wire.send(&batch).await;
-    assert_eq!(
-        wire.next(QUIET).await,
-        None,
-        "answered before Sync or Flush"
-    );
+    nothing_yet(&mut wire).await;
 
     // Flush sends what was held, in order
     wire.send(&message(b'H', &[])).await;
@@ -62,6 +58,15 @@ async fn extended_protocol_answers_wait_for_sync_or_flush() {
     assert_eq!(wire.until_ready().await, b"12EZ".to_vec());
 }
 
+/// Nothing arrives while the client has sent neither Sync nor Flush.
+async fn nothing_yet(wire: &mut Wire) {
+    assert_eq!(
+        wire.next(QUIET).await,
+        None,
+        "answered before Sync or Flush"
+    );
+}
+
 /// Describe of the unnamed statement (`b'S'`) or portal (`b'P'`).
 fn describe(target: u8) -> Vec<u8> {
     let mut body = vec![target];
@@ -91,11 +96,7 @@ async fn describe_answers_wait_for_sync_or_flush() {
     batch.extend(describe(b'P'));
     batch.extend(execute());
     wire.send(&batch).await;
-    assert_eq!(
-        wire.next(QUIET).await,
-        None,
-        "answered before Sync or Flush"
-    );
+    nothing_yet(&mut wire).await;
     wire.send(&message(b'S', &[])).await;
     assert_eq!(wire.until_ready().await, b"2nCZ".to_vec());
 
@@ -103,11 +104,7 @@ async fn describe_answers_wait_for_sync_or_flush() {
     let mut batch = parse("SELECT $1::bigint AS n");
     batch.extend(describe(b'S'));
     wire.send(&batch).await;
-    assert_eq!(
-        wire.next(QUIET).await,
-        None,
-        "answered before Sync or Flush"
-    );
+    nothing_yet(&mut wire).await;
     wire.send(&message(b'H', &[])).await;
     for tag in [b'1', b't', b'T'] {
         assert_eq!(wire.next(ANSWER).await.map(|m| m.0), Some(tag));
