@@ -1571,9 +1571,7 @@ impl ExtendedQueryHandler for Backend {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        use pgwire::api::results::{
-            DescribePortalResponse, DescribeResponse, DescribeStatementResponse,
-        };
+        use pgwire::api::results::{DescribePortalResponse, DescribeResponse};
         let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
         match message.target_type {
             TARGET_TYPE_BYTE_STATEMENT => match client.portal_store().get_statement(name) {
@@ -1585,10 +1583,8 @@ impl ExtendedQueryHandler for Backend {
                     let no_rows = stored.statement.desc.schema.is_none() || resp.is_no_data();
                     feed_describe(client, resp.parameters(), no_rows, resp.fields()).await
                 }
-                Some(Entry::Empty) => {
-                    let resp = DescribeStatementResponse::no_data();
-                    feed_describe(client, resp.parameters(), true, &[]).await
-                }
+                // an empty query: no parameters, no rows
+                Some(Entry::Empty) => feed_describe(client, Some(&[]), true, &[]).await,
                 None => Err(PgWireError::StatementNotFound(name.to_owned())),
             },
             TARGET_TYPE_BYTE_PORTAL => match client.portal_store().get_portal(name) {
