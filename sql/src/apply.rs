@@ -138,8 +138,8 @@ pub(crate) struct RecordedState {
     pub streams: Vec<(PathBuf, StreamCheckpoint)>,
 }
 
-/// Reads a checkpoint record (from [`TableStore::dump_with_record`]); `dir` is the data
-/// directory whose streams it names.
+/// Reads a checkpoint record (from [`crate::table::store::StoreSnapshot::record`]); `dir`
+/// is the data directory whose streams it names.
 pub(crate) fn recorded_state(dir: &Path, record: &[u8]) -> Result<RecordedState, Error> {
     let cp: CheckpointFile = serde_json::from_slice(record)
         .map_err(|e| Error::io(format!("unreadable checkpoint record: {e}")))?;
@@ -883,6 +883,7 @@ impl Database {
             return Ok(());
         }
         self.write_checkpoint(index)?;
+        let _deleting = self.catalog.stream_file_deletions();
         for path in std::mem::take(&mut self.dropped_streams) {
             if let Err(e) = fs::remove_dir_all(&path) {
                 tracing::warn!(path = %path.display(), "could not remove dropped stream: {e}");
@@ -1162,10 +1163,11 @@ impl Database {
             return Ok(Err(Error::undefined_table(&t.stream)));
         };
         self.write_checkpoint(index - 1)?;
-        let first = stream
-            .log
-            .truncate_prefix(t.before)
-            .map_err(|e| e.to_string())?;
+        let first = {
+            let _deleting = self.catalog.stream_file_deletions();
+            stream.log.truncate_prefix(t.before)
+        }
+        .map_err(|e| e.to_string())?;
         stream.record_append(stream.next_ts(i64::MIN));
         Ok(Ok(OpOutcome::Truncated {
             first_offset: first,

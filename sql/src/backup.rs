@@ -14,10 +14,12 @@
 //! - One applied index: the node checkpoints (on the Raft thread — the only pause writes
 //!   see), then the checkpoint record and the tables are read in one redb read transaction,
 //!   and each stream's files are copied up to the position that record names, with the
-//!   record's first offset. Below that position segments never change; a stream dropped, or
-//!   a segment the record needs deleted by a later truncation (retention) before it was
-//!   opened, makes the attempt start over from a new checkpoint (a file once opened stays
-//!   readable). A cancelled backup stops copying and leaves no `MANIFEST`.
+//!   record's first offset. Below that position segments never change. No stream file is
+//!   deleted (a drop, a truncation) from the record's read until every file it names is
+//!   open, and a file once opened stays readable; a segment the record needs that a
+//!   truncation (retention) deleted before the record was read makes the attempt start
+//!   over from a new checkpoint (a truncation checkpoints the state before it). A
+//!   cancelled backup stops copying and leaves no `MANIFEST`.
 //! - Without its `MANIFEST` a backup is incomplete: restore refuses it, and refuses a file
 //!   whose length or checksum differs from the manifest's, and a manifest that lacks a
 //!   stream's checkpointed segment. Restore checks all that before it writes anything, and
@@ -36,6 +38,7 @@ use std::sync::Arc;
 use sluice_storage::durable::{list_segments, sync_dir, write_synced};
 
 use crate::apply::{self, RecordedState};
+use crate::catalog::Catalog;
 use crate::engine::Engine;
 use crate::error::{sqlstate, Error, Result};
 use crate::format::{self, RESTORING};
@@ -111,14 +114,15 @@ pub async fn backup(engine: &Engine, target: &Path) -> Result<BackupSummary> {
     let mut last = String::new();
     for _ in 0..ATTEMPTS {
         engine.checkpoint().await?;
-        let (data_dir, tables, to, stop) = (
+        let (data_dir, catalog, tables, to, stop) = (
             engine.data_dir.clone(),
+            engine.catalog.clone(),
             engine.tables.clone(),
             target.to_path_buf(),
             stop.0.clone(),
         );
         let attempt = blocking(Box::new(move || {
-            let attempt = write_backup(&data_dir, &tables, &to, &stop);
+            let attempt = write_backup(&data_dir, &catalog, &tables, &to, &stop);
             if matches!(attempt, Err(Stop::Vanished(_))) {
                 empty_dir(&to)?;
             }
@@ -293,19 +297,29 @@ fn empty_dir(dir: &Path) -> Result<()> {
 }
 
 /// One attempt: the checkpoint record and tables from one read transaction, then the
-/// stream files it names, then the manifest.
+/// stream files it names, then the manifest. No stream file is deleted from reading the
+/// record until every file it names is open (a drop deletes its stream's directory right
+/// after the checkpoint that no longer names it: without that, a stream dropped every few
+/// milliseconds made every attempt start over).
 fn write_backup(
     data_dir: &Path,
+    catalog: &Catalog,
     tables: &TableStore,
     target: &Path,
     stop: &AtomicBool,
 ) -> std::result::Result<BackupSummary, Stop> {
-    let (record, raw) = tables.dump_with_record()?;
-    let record =
-        record.ok_or_else(|| Error::internal("no checkpoint record after a checkpoint"))?;
-    let state = apply::recorded_state(data_dir, &record)?;
+    let (snapshot, record, state, streams) = {
+        let _no_deletions = catalog.stream_file_deletions();
+        let snapshot = tables.checkpointed()?;
+        let record = snapshot
+            .record()?
+            .ok_or_else(|| Error::internal("no checkpoint record after a checkpoint"))?;
+        let state = apply::recorded_state(data_dir, &record)?;
+        let streams = opened_streams(data_dir, &state)?;
+        (snapshot, record, state, streams)
+    };
+    let raw = snapshot.tables()?;
     let mut files = Vec::new();
-    let streams = opened_streams(data_dir, &state)?;
     let table_count = raw.len() as u64;
     let stream_count = state.streams.len() as u64;
     let encoded = apply::encode_backup_state(record, raw);

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use datafusion::scalar::ScalarValue;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use sluice_storage::StreamLog;
 use tokio::sync::watch;
 
@@ -185,6 +185,10 @@ pub struct Catalog {
     /// Count of finished snapshot installs.
     restores: watch::Sender<u64>,
     roles: RwLock<Arc<Roles>>,
+    /// Held while stream files are deleted (a drop's directory, a truncation's segments),
+    /// and by a backup from reading the checkpoint record until it has opened every file
+    /// that record names: no file the backup reads can vanish in between.
+    stream_file_deletions: Mutex<()>,
 }
 
 impl Default for Catalog {
@@ -197,6 +201,7 @@ impl Default for Catalog {
             restoring: std::sync::atomic::AtomicBool::new(false),
             restores: watch::channel(0).0,
             roles: RwLock::default(),
+            stream_file_deletions: Mutex::new(()),
         }
     }
 }
@@ -222,6 +227,11 @@ impl Catalog {
 
     pub fn list(&self) -> Vec<Arc<Stream>> {
         self.streams.read().values().cloned().collect()
+    }
+
+    /// See the field: deleting stream files, or reading a checkpoint's.
+    pub(crate) fn stream_file_deletions(&self) -> MutexGuard<'_, ()> {
+        self.stream_file_deletions.lock()
     }
 
     pub fn version(&self) -> u64 {

@@ -1245,3 +1245,86 @@ async fn backups_taken_while_retention_cuts_and_streams_drop_restore_whole() {
         "retention never cut r while the backups ran ({restored_firsts:?})"
     );
 }
+
+/// Backups taken while three connections create and drop streams as fast as they can: a
+/// drop deletes its stream's directory right after the checkpoint that no longer names it,
+/// so a backup that read the record before that checkpoint used to find the directory gone
+/// before it opened the files, and started over — every attempt, under this churn (CI saw
+/// five in a row: "streams were truncated or dropped under the backup 5 times"). Deletions
+/// now wait while a backup reads its record and opens the files it names: every backup
+/// succeeds, and each restores with the kept stream whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn backups_succeed_while_streams_are_dropped_without_pause() {
+    const CHURNERS: usize = 3;
+    const BACKUPS: usize = 8;
+    let server = Server::start_with(&["--segment-bytes", "4096"]).await;
+    let admin = server.client().await;
+    exec(&admin, "CREATE STREAM kept (n bigint NOT NULL, v text)").await;
+    exec(&admin, "CREATE TABLE big (k bigint PRIMARY KEY, v text)").await;
+    // ~200 segment files and a table of 8 MB: the old attempt read the record, then every
+    // table, then opened the stream files — the window a drop landed in
+    for i in 0..20 {
+        let values: Vec<String> = (0..50)
+            .map(|j| format!("({}, '{}')", i * 50 + j, "k".repeat(200)))
+            .collect();
+        exec(
+            &admin,
+            &format!("INSERT INTO kept VALUES {}", values.join(", ")),
+        )
+        .await;
+        let values: Vec<String> = (0..1_000)
+            .map(|j| format!("({}, '{}')", i * 1_000 + j, "b".repeat(400)))
+            .collect();
+        exec(
+            &admin,
+            &format!("INSERT INTO big VALUES {}", values.join(", ")),
+        )
+        .await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut churners = Vec::new();
+    for c in 0..CHURNERS {
+        let client = server.client().await;
+        let stop = stop.clone();
+        churners.push(tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) && i < 5_000 {
+                exec(&client, &format!("CREATE STREAM churn_{c}_{i} (a int)")).await;
+                exec(&client, &format!("DROP STREAM churn_{c}_{i}")).await;
+                i += 1;
+            }
+            i
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let work = tempfile::tempdir().expect("create a temporary directory");
+    for round in 0..BACKUPS {
+        let dir = work.path().join(format!("backup-{round}"));
+        let sql = format!("SELECT * FROM sluice_backup({})", literal(&dir));
+        if let Err(e) = admin.query_one(sql.as_str(), &[]).await {
+            stop.store(true, Ordering::Relaxed);
+            panic!("backup {round} under churn: {e:?}");
+        }
+        if round + 1 == BACKUPS {
+            let into = work.path().join("restored");
+            let out = cli_restore(&dir, &into).await;
+            assert!(out.ok, "the backup does not restore: {}", out.stderr);
+            let node = Node::start(&into, "restored").await;
+            let client = node.client("sluice").await;
+            let rows = simple_rows(&client, "SELECT count(*), sum(n) FROM kept").await;
+            assert_eq!(rows[0][0].as_deref(), Some("1000"));
+            assert_eq!(rows[0][1].as_deref(), Some("499500"));
+            let rows = simple_rows(&client, "SELECT count(*) FROM big").await;
+            assert_eq!(rows[0][0].as_deref(), Some("20000"));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut dropped = 0;
+    for c in churners {
+        dropped += c.await.expect("churner");
+    }
+    assert!(
+        dropped > BACKUPS,
+        "only {dropped} streams dropped during the backups"
+    );
+}

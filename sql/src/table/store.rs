@@ -377,11 +377,10 @@ impl TableStore {
         dump_tables(&txn)
     }
 
-    /// The last checkpoint's record and every table as of it, raw, from one read
-    /// transaction (so they agree whatever checkpoints run meanwhile): what a backup holds.
-    pub fn dump_with_record(&self) -> Result<(Option<Vec<u8>>, Vec<RawTable>)> {
-        let txn = self.db.begin_read().map_err(storage_err)?;
-        Ok((checkpoint_record(&txn)?, dump_tables(&txn)?))
+    /// A read view of the store as of the last checkpoint: its record and its tables agree
+    /// whatever checkpoints run meanwhile (what a backup holds).
+    pub fn checkpointed(&self) -> Result<StoreSnapshot> {
+        Ok(StoreSnapshot(self.db.begin_read().map_err(storage_err)?))
     }
 
     /// Replaces every table with `tables` (from [`TableStore::dump`] on another replica) and
@@ -422,6 +421,21 @@ impl TableStore {
 }
 
 /// The checkpoint record `txn` sees, if a checkpoint was ever written.
+/// One read transaction of the store (see [`TableStore::checkpointed`]).
+pub struct StoreSnapshot(redb::ReadTransaction);
+
+impl StoreSnapshot {
+    /// The checkpoint record this view holds, if any checkpoint was taken.
+    pub fn record(&self) -> Result<Option<Vec<u8>>> {
+        checkpoint_record(&self.0)
+    }
+
+    /// Every table as of the record, raw.
+    pub fn tables(&self) -> Result<Vec<RawTable>> {
+        dump_tables(&self.0)
+    }
+}
+
 fn checkpoint_record(txn: &redb::ReadTransaction) -> Result<Option<Vec<u8>>> {
     match txn.open_table(META) {
         Ok(t) => Ok(t
