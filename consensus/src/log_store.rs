@@ -7,7 +7,8 @@
 //! entries and is durable in the WAL's metadata file.
 //!
 //! Invariants: `entries` is contiguous and starts at `compacted.index + 1`; an in-memory change
-//! happens only after the WAL write succeeded; `hard_state.commit <= last_index()`.
+//! happens only after the WAL write succeeded, except a raised commit index, which the next
+//! append of entries writes (see [`LogStore::set_commit`]); `hard_state.commit <= last_index()`.
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
@@ -20,6 +21,9 @@ pub(crate) struct LogStore {
     wal: Wal,
     entries: Vec<Entry>,
     hard_state: HardState,
+    /// `hard_state.commit` was raised by [`LogStore::set_commit`] and not written yet: the
+    /// next append of entries carries it.
+    commit_unwritten: bool,
     conf_state: ConfState,
     /// Last compacted entry: everything at or below `index` is gone, but its `term` is kept.
     compacted: (u64, u64),
@@ -69,6 +73,7 @@ impl LogStore {
             wal,
             entries: recovered.entries,
             hard_state: recovered.hard_state,
+            commit_unwritten: false,
             conf_state: meta.get_conf_state().clone(),
             compacted: (meta.index, meta.term),
             snapshot: None,
@@ -121,14 +126,29 @@ impl LogStore {
                 )));
             }
         }
-        let written = self.wal.append(entries, hs)?;
+        let pending = self.commit_unwritten && hs.is_none() && !entries.is_empty();
+        let written = match hs {
+            Some(hs) if hs.commit < self.hard_state.commit => {
+                let mut hs = hs.clone();
+                hs.commit = self.hard_state.commit;
+                self.wal.append(entries, Some(&hs))?
+            }
+            Some(hs) => self.wal.append(entries, Some(hs))?,
+            None if pending => self.wal.append(entries, Some(&self.hard_state))?,
+            None => self.wal.append(entries, None)?,
+        };
         if let Some(first) = entries.first() {
             self.entries
                 .truncate((first.index - self.compacted.0 - 1) as usize);
             self.entries.extend_from_slice(entries);
         }
         if let Some(hs) = hs {
+            let commit = self.hard_state.commit.max(hs.commit);
             self.hard_state = hs.clone();
+            self.hard_state.commit = commit;
+        }
+        if hs.is_some() || pending {
+            self.commit_unwritten = false;
         }
         Ok(written)
     }
@@ -138,12 +158,15 @@ impl LogStore {
         self.wal.sync()
     }
 
-    /// Records a new commit index (a HardState record, written but not fsynced: recovery raises
-    /// the commit index to the state machine's applied index anyway). Returns bytes written.
-    pub(crate) fn set_commit(&mut self, commit: u64) -> Result<u64> {
-        let mut hs = self.hard_state.clone();
-        hs.commit = commit;
-        self.append(&[], Some(&hs))
+    /// Records a new commit index, in memory: the next append of entries writes it (in the
+    /// same write), never fsynced on its own. Nothing depends on it being durable: recovery
+    /// raises the commit index to the state machine's applied index, and Raft allows a
+    /// restarted node a commit index behind the one it had (the leader sends it again).
+    pub(crate) fn set_commit(&mut self, commit: u64) {
+        if commit > self.hard_state.commit {
+            self.hard_state.commit = commit;
+            self.commit_unwritten = true;
+        }
     }
 
     /// Persists a ConfState produced by applying a configuration change.
@@ -328,6 +351,61 @@ mod tests {
             "bootstrap ConfState persists"
         );
         assert_eq!(state.hard_state.commit, 10);
+    }
+
+    /// A commit index costs no write of its own: it rides on the next append of entries,
+    /// and one never written leaves the recovered commit where the last write put it.
+    #[test]
+    fn a_commit_index_is_written_with_the_next_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = LogStore::open(dir.path(), 1 << 20, &[1], 0, None).unwrap();
+            let hs = HardState {
+                term: 1,
+                commit: 0,
+                ..Default::default()
+            };
+            let ents: Vec<_> = (1..=3).map(|i| entry(i, 1)).collect();
+            let alone = store.append(&ents, Some(&hs)).unwrap();
+            store.set_commit(3);
+            assert_eq!(store.initial_state().unwrap().hard_state.commit, 3);
+            let with_commit = store.append(&[entry(4, 1)], None).unwrap();
+            let without = store.append(&[entry(5, 1)], None).unwrap();
+            assert!(
+                with_commit > without,
+                "the commit rides on the next entries"
+            );
+            assert!(alone > without);
+            store.set_commit(5);
+            store.set_commit(4); // never lowered
+            assert_eq!(store.initial_state().unwrap().hard_state.commit, 5);
+            // a HardState of Raft's with an older commit keeps the newer one
+            let old = HardState {
+                term: 2,
+                commit: 1,
+                ..Default::default()
+            };
+            store.append(&[], Some(&old)).unwrap();
+            assert_eq!(store.initial_state().unwrap().hard_state.commit, 5);
+            store.set_commit(5);
+            store.sync().unwrap();
+        }
+        // the last commit written was 5 (with the term-2 HardState); nothing after it
+        let store = LogStore::open(dir.path(), 1 << 20, &[1], 0, None).unwrap();
+        let hs = store.initial_state().unwrap().hard_state;
+        assert_eq!((hs.term, hs.commit), (2, 5));
+        drop(store);
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = LogStore::open(dir.path(), 1 << 20, &[1], 0, None).unwrap();
+            let ents: Vec<_> = (1..=4).map(|i| entry(i, 1)).collect();
+            store.append(&ents, None).unwrap();
+            store.set_commit(4);
+            store.sync().unwrap();
+        }
+        // never written: recovery starts from the applied index given (here 2)
+        let store = LogStore::open(dir.path(), 1 << 20, &[1], 2, None).unwrap();
+        assert_eq!(store.initial_state().unwrap().hard_state.commit, 2);
     }
 
     #[test]

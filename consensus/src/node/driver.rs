@@ -853,12 +853,10 @@ impl<SM: StateMachine> Driver<SM> {
             self.send_messages(light.take_messages());
             self.apply(light.take_committed_entries())?;
             if let Some(commit) = light.commit_index() {
-                // Written after applying, off the path of the answers: a crash in
-                // between leaves it behind the applied index, and `LogStore::open`
-                // raises it to that on restart.
-                let written = self.raw.mut_store().set_commit(commit)?;
-                Metrics::add(&self.metrics.log_writes, 1);
-                Metrics::add(&self.metrics.log_bytes, written);
+                // Written with the next append, not on its own: a crash before that
+                // leaves it behind the applied index, and `LogStore::open` raises it
+                // to that on restart.
+                self.raw.mut_store().set_commit(commit);
             }
             self.raw.advance_apply();
             self.finish_reads();
