@@ -178,9 +178,11 @@ pub struct OutputContext {
 
 impl OutputContext {
     pub fn new(timezone: &str) -> OutputContext {
-        let tz = match timezone.to_ascii_lowercase().as_str() {
-            "utc" | "etc/utc" | "gmt" | "z" | "zulu" | "+00" | "+00:00" => None,
-            _ => timezone.parse::<Tz>().ok(),
+        const UTC: [&str; 7] = ["utc", "etc/utc", "gmt", "z", "zulu", "+00", "+00:00"];
+        let tz = if UTC.iter().any(|u| timezone.eq_ignore_ascii_case(u)) {
+            None
+        } else {
+            timezone.parse::<Tz>().ok()
         };
         OutputContext { tz }
     }

@@ -569,7 +569,7 @@ fn query_response(
 }
 
 pub(crate) fn output_context(session: &Session) -> OutputContext {
-    OutputContext::new(session.setting("timezone").as_deref().unwrap_or("UTC"))
+    session.with_setting("timezone", |tz| OutputContext::new(tz.unwrap_or("UTC")))
 }
 
 /// A statement's COPY TO data, ready to send (encoded on `runtime` unless

@@ -54,9 +54,9 @@ pub const MAX_TEXT_BYTES: usize = 4096;
 /// input batch, their values computed per statement by their own simplify.
 const START_TIME_FUNCTIONS: [&str; 3] = ["now", "current_date", "current_time"];
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key {
-    text: String,
+/// What an expression was compiled for besides its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct For {
     target: DataType,
     params: usize,
 }
@@ -67,10 +67,14 @@ enum Entry {
     NotCompiled,
 }
 
-/// A session's compiled VALUES expressions.
+/// A session's compiled VALUES expressions, by expression (sqlparser's `Expr` compares and
+/// hashes by meaning, not by position in the text: a lookup costs a hash of the tree, not
+/// its text), then by what they were compiled for.
 #[derive(Default)]
 pub struct ValuesCache {
-    entries: HashMap<Key, Entry>,
+    entries: HashMap<Expr, Vec<(For, Entry)>>,
+    /// Entries over all expressions.
+    len: usize,
     compilations: u64,
 }
 
@@ -86,43 +90,54 @@ impl ValuesCache {
         start: chrono::DateTime<chrono::Utc>,
         params: &[ScalarValue],
     ) -> Option<Result<ScalarValue>> {
-        let text = expr.to_string();
-        if text.len() > MAX_TEXT_BYTES {
-            return insert::eval_expression(state, expr, target, start, params);
-        }
-        let key = Key {
-            text,
+        let key = For {
             target: target.arrow_type(),
             params: params.len(),
         };
-        match self.entries.get(&key) {
-            Some(Entry::Compiled(c)) if c.accepts(params) => {
+        let found = self
+            .entries
+            .get(expr)
+            .and_then(|slots| slots.iter().find(|(k, _)| *k == key));
+        match found {
+            Some((_, Entry::Compiled(c))) if c.accepts(params) => {
                 return Some(c.evaluate(state, start, params))
             }
-            Some(Entry::NotCompiled) => {
+            Some((_, Entry::NotCompiled)) => {
                 return insert::eval_expression(state, expr, target, start, params)
             }
             _ => {}
+        }
+        if expr.to_string().len() > MAX_TEXT_BYTES {
+            return insert::eval_expression(state, expr, target, start, params);
         }
         self.compilations += 1;
         let entry = match Compiled::new(state, expr, key.target.clone(), params) {
             Some(c) => Entry::Compiled(Arc::new(c)),
             None => Entry::NotCompiled,
         };
-        if self.entries.len() >= MAX_ENTRIES {
-            self.entries.clear();
-        }
         let value = match &entry {
             Entry::Compiled(c) => Some(c.evaluate(state, start, params)),
             Entry::NotCompiled => insert::eval_expression(state, expr, target, start, params),
         };
-        self.entries.insert(key, entry);
+        if self.len >= MAX_ENTRIES {
+            self.clear();
+        }
+        let slots = self.entries.entry(expr.clone()).or_default();
+        // compiled again for other parameter types: the new entry replaces the old
+        match slots.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = entry,
+            None => {
+                slots.push((key, entry));
+                self.len += 1;
+            }
+        }
         value
     }
 
     /// Forget every compiled expression (a setting they may depend on changed).
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.len = 0;
     }
 
     /// How many expressions were compiled (or found not compilable) so far.
@@ -467,11 +482,47 @@ mod tests {
                 .unwrap()
                 .unwrap();
             assert_eq!(v, ScalarValue::Int64(Some(i as i64 + 1)));
-            assert!(cache.entries.len() <= MAX_ENTRIES);
+            assert!(cache.len <= MAX_ENTRIES);
+            assert_eq!(
+                cache.len,
+                cache.entries.values().map(Vec::len).sum::<usize>()
+            );
         }
         let long = format!("length('{}')", "x".repeat(MAX_TEXT_BYTES));
         let v = value(&mut cache, &state, &long, ColumnType::Int8, 0, &[]);
         assert_eq!(v, ScalarValue::Int64(Some(MAX_TEXT_BYTES as i64)));
-        assert!(cache.entries.len() <= MAX_ENTRIES);
+        assert!(
+            !cache.entries.contains_key(&expr(&long)),
+            "a long text is not kept"
+        );
+        assert!(cache.len <= MAX_ENTRIES);
+    }
+
+    /// The cache finds an expression by meaning: the same expression written with other
+    /// spacing (other positions in the text) is not compiled again; another target type
+    /// or another constant is.
+    #[test]
+    fn the_same_expression_anywhere_in_the_text_is_compiled_once() {
+        let ctx = SessionContext::new();
+        let state = ctx.state();
+        let mut cache = ValuesCache::default();
+        let int8 = ColumnType::Int8;
+        for text in ["length(repeat('x', 3))", "  length( repeat( 'x' ,3 ) )"] {
+            let v = value(&mut cache, &state, text, int8, 0, &[]);
+            assert_eq!(v, ScalarValue::Int64(Some(3)));
+        }
+        assert_eq!(cache.compilations(), 1);
+        value(
+            &mut cache,
+            &state,
+            "length(repeat('x', 3))",
+            ColumnType::Float8,
+            0,
+            &[],
+        );
+        let v = value(&mut cache, &state, "length(repeat('x', 4))", int8, 0, &[]);
+        assert_eq!(v, ScalarValue::Int64(Some(4)));
+        assert_eq!(cache.compilations(), 3);
+        assert_eq!(cache.len, 3);
     }
 }

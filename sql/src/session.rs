@@ -426,9 +426,9 @@ impl Session {
 
     /// The stop conditions of a statement starting now.
     fn interrupt(&self) -> Interrupt {
-        let timeout = self
-            .setting(crate::interrupt::STATEMENT_TIMEOUT)
-            .and_then(|v| crate::interrupt::parse_timeout(&v).ok().flatten());
+        let timeout = self.with_setting(crate::interrupt::STATEMENT_TIMEOUT, |v| {
+            crate::interrupt::parse_timeout(v?).ok().flatten()
+        });
         Interrupt::new(self.cancel_watch(), timeout)
     }
 
@@ -516,7 +516,7 @@ impl Session {
             p,
             Parsed::Query(_) | Parsed::CopyTo { .. } | Parsed::Declare { .. }
         );
-        if reads && self.setting("read_consistency").as_deref() == Some("linearizable") {
+        if reads && self.with_setting("read_consistency", |v| v == Some("linearizable")) {
             Box::pin(self.engine.read_barrier()).await?;
         }
         Ok(())

@@ -135,8 +135,9 @@ impl Session {
     }
 
     fn default_read_only(&self) -> bool {
-        self.setting("default_transaction_read_only")
-            .is_some_and(|v| parse_bool(&v) == Some(true))
+        self.with_setting("default_transaction_read_only", |v| {
+            v.is_some_and(|v| parse_bool(v) == Some(true))
+        })
     }
 
     /// A statement that may not run inside a block (DDL that cannot be

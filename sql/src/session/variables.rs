@@ -27,16 +27,22 @@ impl Session {
     /// The session's `log_min_duration_statement`: statements that take at
     /// least this long are logged; `None` logs none.
     pub fn log_min_duration(&self) -> Option<std::time::Duration> {
-        let value = self.vars.read().settings.get(LOG_MIN_DURATION).cloned()?;
-        parse_log_min_duration(&value).ok().flatten()
+        self.with_setting(LOG_MIN_DURATION, |v| {
+            parse_log_min_duration(v?).ok().flatten()
+        })
     }
 
     pub fn setting(&self, name: &str) -> Option<String> {
+        self.with_setting(name, |v| v.map(str::to_string))
+    }
+
+    /// `f` of the setting's current value, borrowed (what runs on every statement: no copy).
+    pub fn with_setting<R>(&self, name: &str, f: impl FnOnce(Option<&str>) -> R) -> R {
         let vars = self.vars.read();
         if name.chars().any(char::is_uppercase) {
-            vars.settings.get(&name.to_lowercase()).cloned()
+            f(vars.settings.get(&name.to_lowercase()).map(String::as_str))
         } else {
-            vars.settings.get(name).cloned()
+            f(vars.settings.get(name).map(String::as_str))
         }
     }
 
@@ -59,15 +65,16 @@ impl Session {
     /// and `current_setting` report).
     pub(super) fn sync_settings(&mut self) {
         let memory = self
-            .setting(crate::memory::SETTING)
-            .and_then(|v| crate::units::parse_bytes(&v).ok())
+            .with_setting(crate::memory::SETTING, |v| {
+                v.and_then(|v| crate::units::parse_bytes(v).ok())
+            })
             .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX))
             .min(self.engine.limits.max_statement_memory);
         if memory != self.memory.limit() {
             self.memory.set_limit(memory);
         }
         let read_only = if self.read_only() { "on" } else { "off" };
-        if self.setting("transaction_read_only").as_deref() != Some(read_only) {
+        if self.with_setting("transaction_read_only", |v| v != Some(read_only)) {
             self.vars
                 .write()
                 .settings
