@@ -49,6 +49,18 @@ else
   sweep="1,2,4,8,16,32,64,128"; one_runs=5; one_secs=3
   pgb_conns="1 8 64 128"; pgb_runs=3; pgb_secs=6
 fi
+# Disk: the pgbench tables reach ~5 GB per system, each wide-history load
+# ~1.2 GB, PostgreSQL's WAL more; a full run that runs out of space fails
+# half-way (PostgreSQL PANICs), so it does not start without ~20 GB free
+# where its data goes (the temporary directory). SLUICE_BENCH_MIN_FREE_GB
+# overrides the figure.
+need_gb=${SLUICE_BENCH_MIN_FREE_GB:-$([ $quick = 1 ] && echo 5 || echo 20)}
+free_gb=$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR == 2 {print int($4 / 1048576)}')
+if [ "$free_gb" -lt "$need_gb" ]; then
+  echo "bench/run.sh: ${TMPDIR:-/tmp} has ${free_gb} GB free; a run needs ${need_gb} GB" \
+    "(set SLUICE_BENCH_MIN_FREE_GB to change that)" >&2
+  exit 1
+fi
 target=${CARGO_TARGET_DIR:-$root/target}
 cargo build --release -p sluice-server -p sluice-bench >&2
 sluice=$target/release/sluice
