@@ -319,6 +319,8 @@ fn write_backup(
         (snapshot, record, state, streams)
     };
     let raw = snapshot.tables()?;
+    // a read transaction held through the copy would keep the store from reusing pages
+    drop(snapshot);
     let mut files = Vec::new();
     let table_count = raw.len() as u64;
     let stream_count = state.streams.len() as u64;

@@ -54,7 +54,7 @@ pub const MAX_TEXT_BYTES: usize = 4096;
 /// input batch, their values computed per statement by their own simplify.
 const START_TIME_FUNCTIONS: [&str; 3] = ["now", "current_date", "current_time"];
 
-/// What an expression was compiled for besides its text.
+/// What an expression was compiled for besides the expression itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct For {
     target: DataType,
