@@ -126,15 +126,16 @@ impl LogStore {
                 )));
             }
         }
-        let pending = self.commit_unwritten && hs.is_none() && !entries.is_empty();
-        let written = match hs {
-            Some(hs) if hs.commit < self.hard_state.commit => {
-                let mut hs = hs.clone();
-                hs.commit = self.hard_state.commit;
-                self.wal.append(entries, Some(&hs))?
-            }
+        // Raft's HardState keeps a commit index raised since (never lowered); without one,
+        // entries carry a commit index not written yet
+        let hs = hs.map(|hs| HardState {
+            commit: hs.commit.max(self.hard_state.commit),
+            ..hs.clone()
+        });
+        let carry_commit = hs.is_none() && self.commit_unwritten && !entries.is_empty();
+        let written = match &hs {
             Some(hs) => self.wal.append(entries, Some(hs))?,
-            None if pending => self.wal.append(entries, Some(&self.hard_state))?,
+            None if carry_commit => self.wal.append(entries, Some(&self.hard_state))?,
             None => self.wal.append(entries, None)?,
         };
         if let Some(first) = entries.first() {
@@ -143,11 +144,9 @@ impl LogStore {
             self.entries.extend_from_slice(entries);
         }
         if let Some(hs) = hs {
-            let commit = self.hard_state.commit.max(hs.commit);
-            self.hard_state = hs.clone();
-            self.hard_state.commit = commit;
-        }
-        if hs.is_some() || pending {
+            self.hard_state = hs;
+            self.commit_unwritten = false;
+        } else if carry_commit {
             self.commit_unwritten = false;
         }
         Ok(written)

@@ -1263,23 +1263,16 @@ async fn backups_succeed_while_streams_are_dropped_without_pause() {
     exec(&admin, "CREATE TABLE big (k bigint PRIMARY KEY, v text)").await;
     // ~200 segment files and a table of 8 MB: the old attempt read the record, then every
     // table, then opened the stream files — the window a drop landed in
+    // INSERT of rows `i * per .. (i + 1) * per`, each (key, `fill` repeated `width` times)
+    let insert = |into: &str, i: i64, per: i64, fill: &str, width: usize| {
+        let values: Vec<String> = (i * per..(i + 1) * per)
+            .map(|k| format!("({k}, '{}')", fill.repeat(width)))
+            .collect();
+        format!("INSERT INTO {into} VALUES {}", values.join(", "))
+    };
     for i in 0..20 {
-        let values: Vec<String> = (0..50)
-            .map(|j| format!("({}, '{}')", i * 50 + j, "k".repeat(200)))
-            .collect();
-        exec(
-            &admin,
-            &format!("INSERT INTO kept VALUES {}", values.join(", ")),
-        )
-        .await;
-        let values: Vec<String> = (0..1_000)
-            .map(|j| format!("({}, '{}')", i * 1_000 + j, "b".repeat(400)))
-            .collect();
-        exec(
-            &admin,
-            &format!("INSERT INTO big VALUES {}", values.join(", ")),
-        )
-        .await;
+        exec(&admin, &insert("kept", i, 50, "k", 200)).await;
+        exec(&admin, &insert("big", i, 1_000, "b", 400)).await;
     }
     let stop = Arc::new(AtomicBool::new(false));
     let mut churners = Vec::new();
