@@ -13,7 +13,8 @@
 //! - `ingest`, `load`, `scan`, `aggregate`: see [`bulk`];
 //! - `compression`: one stream per `compression` setting, its size and its
 //!   scans, see [`compression`];
-//! - `disk`: the disk's own limits, see [`disk`].
+//! - `disk`, `floor`: the disk's own limits and the latency of an ideal
+//!   group-commit log on it, see [`disk`].
 //!
 //! Results go to stdout as `JSON {...}` lines, one object per measured
 //! point, each with a `workload` field; progress goes to stderr.
@@ -197,6 +198,18 @@ enum Mode {
         #[arg(long, default_value_t = 1 << 30)]
         seq_bytes: u64,
     },
+    /// The ideal group-commit log on a directory's disk at a fixed rate: the
+    /// floor under `latency` (pwrite + fdatasync of every request due)
+    Floor {
+        #[arg(long)]
+        dir: std::path::PathBuf,
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        #[arg(long, default_value_t = 3000.0)]
+        rate: f64,
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+    },
 }
 
 #[derive(Serialize)]
@@ -355,6 +368,27 @@ async fn sweep(
     Ok(out)
 }
 
+/// Releases `total` requests at `rate` per second, round-robin over the
+/// connections' queues, from a thread of its own: `std::thread::sleep` wakes
+/// within tens of microseconds, where a tokio timer rounds every deadline up
+/// to the next millisecond and would add up to a millisecond of the load
+/// generator's own lateness to every latency measured from the schedule.
+/// A request released to a connection still busy with an earlier one waits
+/// in its queue, and its latency counts from its scheduled instant.
+fn pace(release: Vec<tokio::sync::mpsc::Sender<Instant>>, rate: f64, total: u64) {
+    let start = Instant::now() + Duration::from_millis(200);
+    std::thread::spawn(move || {
+        for i in 0..total {
+            let scheduled = start + Duration::from_secs_f64(i as f64 / rate);
+            if let Some(wait) = scheduled.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            // each queue holds all of its connection's requests: never full
+            let _ = release[(i % release.len() as u64) as usize].try_send(scheduled);
+        }
+    });
+}
+
 async fn latency(
     common: Common,
     connections: usize,
@@ -363,25 +397,26 @@ async fn latency(
 ) -> Result<LatencyRun, String> {
     setup(&common).await?;
     let total = (rate * seconds) as u64;
-    let interval = Duration::from_secs_f64(connections as f64 / rate);
     let sql = format!("INSERT INTO {} (payload) VALUES ($1)", common.table);
     let body = payload(common.size);
-    let start = Instant::now() + Duration::from_millis(200);
+    let mut clients = Vec::new();
+    for _ in 0..connections {
+        clients.push(connect(&common.url).await?);
+    }
     let mut tasks = Vec::new();
-    for c in 0..connections {
-        let client = connect(&common.url).await?;
+    let mut release = Vec::new();
+    for (c, client) in clients.into_iter().enumerate() {
         let (sql, body) = (sql.clone(), body.clone());
         let per_conn =
             total / connections as u64 + u64::from((c as u64) < total % connections as u64);
-        // stagger connections evenly inside one interval
-        let offset = interval.mul_f64(c as f64 / connections as f64);
+        // room for every request of the connection: the pacer never waits
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Instant>(per_conn.max(1) as usize);
+        release.push(tx);
+        let stmt = client.prepare(&sql).await.map_err(err)?;
         tasks.push(tokio::spawn(async move {
-            let stmt = client.prepare(&sql).await.map_err(err)?;
             let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(err)?;
             let mut errors = 0u64;
-            for k in 0..per_conn {
-                let scheduled = start + offset + interval.mul_f64(k as f64);
-                tokio::time::sleep_until(scheduled.into()).await;
+            while let Some(scheduled) = rx.recv().await {
                 match client.execute(&stmt, &[&body]).await {
                     Ok(_) => {
                         let us = scheduled.elapsed().as_micros().max(1) as u64;
@@ -393,6 +428,7 @@ async fn latency(
             Ok::<_, String>((hist, errors))
         }));
     }
+    pace(release, rate, total);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(err)?;
     let mut errors = 0;
     for t in tasks {
@@ -500,6 +536,12 @@ async fn run(mode: Mode) -> Result<Vec<String>, String> {
             count,
             seq_bytes,
         } => json(&disk::probe(&dir, count, seq_bytes)?),
+        Mode::Floor {
+            dir,
+            size,
+            rate,
+            seconds,
+        } => json(&disk::floor(&dir, size, rate, seconds)?),
     }
 }
 
