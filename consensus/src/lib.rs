@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod node;
 pub mod peer_auth;
 pub mod peer_tls;
+pub mod spin;
 pub mod transport;
 pub mod wal;
 

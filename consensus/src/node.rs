@@ -311,6 +311,7 @@ impl<R: Send + 'static> NodeHandle<R> {
     /// Empty commands are rejected (`Dropped`): an empty entry is Raft's own no-op.
     pub async fn propose(&self, command: Vec<u8>) -> std::result::Result<R, ProposeError> {
         let gone = || ProposeError::Unknown("node stopped while waiting".into());
+        let _in_flight = crate::spin::in_flight();
         self.ask(|reply| Request::Propose { command, reply }, gone)
             .await
     }

@@ -148,6 +148,11 @@ pub struct ServeArgs {
     /// Applied log entries between checkpoints of the state machine [default: 20000]
     #[arg(long)]
     pub checkpoint_entries: Option<u64>,
+    /// Microseconds a single node's threads may spin for a commit instead of sleeping while
+    /// one client at a time writes (a wake-up costs tens of microseconds on a VM); 0 turns it
+    /// off, e.g. on a machine shared with CPU-bound work [default: 500]
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub commit_spin_us: Option<u64>,
     /// TEST ONLY: make every Raft-log fsync take this many extra milliseconds
     #[arg(long, hide = true)]
     pub test_fsync_delay_ms: Option<u64>,
@@ -189,6 +194,7 @@ struct FileConfig {
     log_min_duration_statement: Option<String>,
     segment_bytes: Option<u64>,
     checkpoint_entries: Option<u64>,
+    commit_spin_us: Option<u64>,
     /// File only: see [`crate::rules`].
     connection_rules: Option<Vec<crate::rules::RuleText>>,
 }
@@ -235,6 +241,9 @@ fn memory_limits(
 
 /// `authentication_timeout`'s bounds in seconds, PostgreSQL's.
 const AUTHENTICATION_TIMEOUT_SECS: std::ops::RangeInclusive<u64> = 1..=600;
+
+/// The longest `--commit-spin-us`.
+const MAX_COMMIT_SPIN_US: u64 = 10_000;
 
 /// The files of the client port's TLS.
 #[derive(Debug, Clone)]
@@ -284,6 +293,8 @@ pub struct Config {
     pub log_min_duration: Option<Duration>,
     pub segment_bytes: u64,
     pub checkpoint_entries: u64,
+    /// How long a thread may spin for a commit instead of sleeping (zero: never).
+    pub commit_spin: Duration,
     pub fsync_delay: Option<Duration>,
     pub test_panic_application_name: Option<String>,
 }
@@ -418,6 +429,16 @@ impl Config {
                 AUTHENTICATION_TIMEOUT_SECS.end()
             ));
         }
+        let commit_spin_us = args
+            .commit_spin_us
+            .or(file.commit_spin_us)
+            .unwrap_or(sluice_consensus::spin::DEFAULT_BUDGET.as_micros() as u64);
+        if commit_spin_us > MAX_COMMIT_SPIN_US {
+            return Err(format!(
+                "--commit-spin-us {commit_spin_us}: must be at most {MAX_COMMIT_SPIN_US} \
+                 (a spin is meant to cover one fsync, not to replace sleeping)"
+            ));
+        }
         let (max_statement_memory, max_query_memory) = memory_limits(
             args.max_statement_memory.or(file.max_statement_memory),
             args.max_query_memory.or(file.max_query_memory),
@@ -506,6 +527,7 @@ impl Config {
                 .or(file.checkpoint_entries)
                 .unwrap_or(20_000)
                 .max(1),
+            commit_spin: Duration::from_micros(commit_spin_us),
             fsync_delay: args.test_fsync_delay_ms.map(Duration::from_millis),
             test_panic_application_name: args.test_panic_application_name,
         })
@@ -726,6 +748,33 @@ mod tests {
                 resolve(Some(bad))
                     .unwrap_err()
                     .contains("between 1 and 600 seconds"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn commit_spin_is_read_and_bounded() {
+        let resolve = |us| {
+            Config::resolve(ServeArgs {
+                commit_spin_us: us,
+                ..Default::default()
+            })
+        };
+        assert_eq!(
+            resolve(None).unwrap().commit_spin,
+            sluice_consensus::spin::DEFAULT_BUDGET
+        );
+        assert_eq!(resolve(Some(0)).unwrap().commit_spin, Duration::ZERO);
+        assert_eq!(
+            resolve(Some(10_000)).unwrap().commit_spin,
+            Duration::from_millis(10)
+        );
+        for bad in [10_001, u64::MAX] {
+            assert!(
+                resolve(Some(bad))
+                    .unwrap_err()
+                    .contains("must be at most 10000"),
                 "{bad}"
             );
         }

@@ -106,14 +106,15 @@ fn main() {
     // queries use idle cores but never starve connections, the Raft node or
     // its fsyncs (their threads keep the normal priority).
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let queries = match runtime("sluice-query", cores, QUERY_NICE) {
+    sluice_consensus::spin::set_budget(config.commit_spin);
+    let queries = match runtime("sluice-query", cores, QUERY_NICE, false) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sluice: cannot start the query runtime: {e}");
             std::process::exit(1);
         }
     };
-    let connections = match runtime("sluice-conn", (cores / 2).max(1), 0) {
+    let connections = match runtime("sluice-conn", (cores / 2).max(1), 0, true) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sluice: cannot start the runtime: {e}");
@@ -217,7 +218,14 @@ fn restore(args: &RestoreArgs) -> Result<String, String> {
 /// threads (connections, Raft, fsync) get most of the CPU; idle cores still run queries.
 const QUERY_NICE: i32 = 10;
 
-fn runtime(name: &str, threads: usize, nice: i32) -> std::io::Result<tokio::runtime::Runtime> {
+/// A runtime of `threads` workers at niceness `nice`; with `spin_for_commits` a worker about
+/// to sleep while a commit is moments away spins for it first (see sluice_consensus::spin).
+fn runtime(
+    name: &str,
+    threads: usize,
+    nice: i32,
+    spin_for_commits: bool,
+) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder
         .worker_threads(threads)
@@ -227,6 +235,9 @@ fn runtime(name: &str, threads: usize, nice: i32) -> std::io::Result<tokio::runt
         .enable_all();
     if nice != 0 {
         builder.on_thread_start(move || lower_priority(nice));
+    }
+    if spin_for_commits {
+        builder.on_thread_park(sluice_consensus::spin::before_park);
     }
     builder.build()
 }

@@ -14,6 +14,8 @@
 //! the proposal was overwritten (`Dropped`). Requests made while no leader is known wait,
 //! *parked*, for at most `leader_wait_ticks`; a sent request that is never applied is answered
 //! `Unknown` after `commit_wait_ticks`. Time is counted in ticks, so scripted tests drive it.
+//! (One exception that decides nothing: a single voter serving one client at a time polls its
+//! queue for a moment before it parks, see [`crate::spin`].)
 //!
 //! Once anything non-deterministic fails (WAL write or fsync, state machine apply, checkpoint or
 //! snapshot) the node is poisoned for good: it fails every waiter and every later request with
@@ -23,6 +25,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::mem;
 use std::sync::Arc;
+use std::time::Instant;
 
 use parking_lot::RwLock;
 use prost::Message as _;
@@ -39,6 +42,7 @@ use crate::error::{Error, Result};
 use crate::log_store::LogStore;
 use crate::logging;
 use crate::metrics::Metrics;
+use crate::spin;
 use crate::transport::{Body, Envelope, Forward, ForwardReply, Inbound, Transport};
 
 type Outcome<R> = std::result::Result<R, ProposeError>;
@@ -256,6 +260,7 @@ impl<SM: StateMachine> Driver<SM> {
         self.step();
         // A single node has no transport: its inbox closes at once and is not polled again.
         let mut inbox_open = true;
+        let mut batches = spin::BatchAverage::new();
         loop {
             // Biased: a stop request wins, and ticks (at most one per interval) cannot be
             // starved by a constant stream of proposals or messages.
@@ -278,18 +283,71 @@ impl<SM: StateMachine> Driver<SM> {
                 }
                 first = queue.recv() => {
                     let Some(first) = first else { break };
-                    self.request(first);
-                    for _ in 1..self.config.max_batch {
-                        match queue.try_recv() {
-                            Ok(next) => self.request(next),
-                            Err(_) => break,
-                        }
+                    self.request_batch(first, &mut queue, &mut batches);
+                    self.step();
+                    spin::round_done(!inbox_open);
+                    if !inbox_open {
+                        self.spin_for_proposals(&mut queue, &mut batches);
                     }
+                    continue;
                 }
             }
             self.step();
+            spin::round_done(!inbox_open);
         }
         self.finish(queue);
+    }
+
+    /// Takes `first` and every request queued behind it (up to `max_batch`) into this round.
+    fn request_batch(
+        &mut self,
+        first: Request<SM::Response>,
+        queue: &mut mpsc::Receiver<Request<SM::Response>>,
+        batches: &mut spin::BatchAverage,
+    ) {
+        self.request(first);
+        let mut n = 1;
+        while n < self.config.max_batch {
+            match queue.try_recv() {
+                Ok(next) => self.request(next),
+                Err(_) => break,
+            }
+            n += 1;
+        }
+        batches.record(n);
+    }
+
+    /// A single voter whose batches are single proposals (one client at a time) polls its
+    /// queue for up to the spin budget before it parks, and takes what arrives as the next
+    /// round (see [`crate::spin`]). A streak of such rounds ends after half a tick, so ticks
+    /// and a stop request are never held back by more than that.
+    fn spin_for_proposals(
+        &mut self,
+        queue: &mut mpsc::Receiver<Request<SM::Response>>,
+        batches: &mut spin::BatchAverage,
+    ) {
+        let budget = spin::budget();
+        if budget.is_zero() {
+            return;
+        }
+        let streak = Instant::now();
+        let mut since = streak;
+        while batches.single()
+            && since.elapsed() < budget
+            && streak.elapsed() < self.config.tick_interval / 2
+        {
+            match queue.try_recv() {
+                Ok(first) => {
+                    self.request_batch(first, queue, batches);
+                    self.step();
+                    spin::round_done(true);
+                    since = Instant::now();
+                }
+                Err(mpsc::error::TryRecvError::Empty) => std::hint::spin_loop(),
+                // the select sees a closed queue and stops
+                Err(mpsc::error::TryRecvError::Disconnected) => return,
+            }
+        }
     }
 
     /// Gives up before running (the runtime could not be built).
