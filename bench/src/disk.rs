@@ -8,7 +8,6 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::err;
@@ -38,7 +37,7 @@ pub fn probe(dir: &Path, count: u64, seq_bytes: u64) -> Result<DiskRun, String> 
     };
     std::fs::create_dir_all(dir).map_err(err)?;
     let path = dir.join("sluice-bench-disk-probe");
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(err)?;
+    let mut hist = crate::histogram()?;
     {
         let mut f = create(&path)?;
         let block = vec![0x5au8; 4096];
@@ -62,15 +61,11 @@ pub fn probe(dir: &Path, count: u64, seq_bytes: u64) -> Result<DiskRun, String> 
     }
     let secs = start.elapsed().as_secs_f64();
     std::fs::remove_file(&path).map_err(err)?;
-    let qs = [50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999];
     Ok(DiskRun {
         workload: "disk",
         dir: dir.display().to_string(),
         fdatasync_count: hist.len(),
-        percentiles_us: qs
-            .iter()
-            .map(|q| (format!("p{q}"), hist.value_at_quantile(q / 100.0)))
-            .collect(),
+        percentiles_us: crate::percentiles(&hist),
         max_us: hist.max(),
         seq_write_bytes: seq_bytes,
         seq_write_mib_per_sec: seq_bytes as f64 / (1024.0 * 1024.0) / secs,
@@ -126,7 +121,7 @@ pub fn floor(dir: &Path, size: usize, rate: f64, seconds: f64) -> Result<FloorRu
     }
     file.sync_all().map_err(err)?;
     let data = vec![0x5au8; size * 4096];
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(err)?;
+    let mut hist = crate::histogram()?;
     let start = Instant::now() + std::time::Duration::from_millis(200);
     let scheduled = |i: u64| start + std::time::Duration::from_secs_f64(i as f64 / rate);
     let (mut next, mut fdatasyncs) = (0u64, 0u64);
@@ -153,7 +148,6 @@ pub fn floor(dir: &Path, size: usize, rate: f64, seconds: f64) -> Result<FloorRu
     }
     drop(file);
     std::fs::remove_file(&path).map_err(err)?;
-    let qs = [50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999];
     Ok(FloorRun {
         workload: "latency",
         label: "floor",
@@ -164,10 +158,7 @@ pub fn floor(dir: &Path, size: usize, rate: f64, seconds: f64) -> Result<FloorRu
         seconds,
         acknowledged: hist.len(),
         fdatasyncs,
-        percentiles_us: qs
-            .iter()
-            .map(|q| (format!("p{q}"), hist.value_at_quantile(q / 100.0)))
-            .collect(),
+        percentiles_us: crate::percentiles(&hist),
         max_us: hist.max(),
     })
 }

@@ -273,6 +273,19 @@ pub(crate) async fn setup(c: &Common) -> Result<(), String> {
     Ok(())
 }
 
+/// A latency histogram in microseconds, 1 µs to an hour, 3 significant digits.
+pub(crate) fn histogram() -> Result<Histogram<u64>, String> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).map_err(err)
+}
+
+/// The reported percentiles of a latency histogram, p50 to p99.9999, as `("p99", µs)`.
+pub(crate) fn percentiles(hist: &Histogram<u64>) -> Vec<(String, u64)> {
+    [50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999]
+        .iter()
+        .map(|q| (format!("p{q}"), hist.value_at_quantile(q / 100.0)))
+        .collect()
+}
+
 pub(crate) fn payload(size: usize) -> String {
     "x".repeat(size)
 }
@@ -414,7 +427,7 @@ async fn latency(
         release.push(tx);
         let stmt = client.prepare(&sql).await.map_err(err)?;
         tasks.push(tokio::spawn(async move {
-            let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(err)?;
+            let mut hist = histogram()?;
             let mut errors = 0u64;
             while let Some(scheduled) = rx.recv().await {
                 match client.execute(&stmt, &[&body]).await {
@@ -429,14 +442,13 @@ async fn latency(
         }));
     }
     pace(release, rate, total);
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(err)?;
+    let mut hist = histogram()?;
     let mut errors = 0;
     for t in tasks {
         let (h, e) = t.await.map_err(err)??;
         hist.add(&h).map_err(err)?;
         errors += e;
     }
-    let qs = [50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999];
     Ok(LatencyRun {
         workload: "latency",
         label: common.label.clone(),
@@ -447,10 +459,7 @@ async fn latency(
         seconds,
         acknowledged: hist.len(),
         errors,
-        percentiles_us: qs
-            .iter()
-            .map(|q| (format!("p{q}"), hist.value_at_quantile(q / 100.0)))
-            .collect(),
+        percentiles_us: percentiles(&hist),
         max_us: hist.max(),
     })
 }

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use serde::Serialize;
 
@@ -128,7 +127,7 @@ pub async fn tail_latency(
     for t in tasks {
         t.await.map_err(err)??;
     }
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).map_err(err)?;
+    let mut hist = crate::histogram()?;
     for reader in readers {
         let received = reader.await.map_err(err)?;
         let acks = acks.lock();
@@ -147,7 +146,6 @@ pub async fn tail_latency(
             ));
         }
     }
-    let qs = [50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999];
     Ok(TailLatency {
         workload: "tail_latency",
         target: "sluice",
@@ -155,10 +153,7 @@ pub async fn tail_latency(
         rate,
         seconds,
         rows: hist.len(),
-        percentiles_us: qs
-            .iter()
-            .map(|q| (format!("p{q}"), hist.value_at_quantile(q / 100.0)))
-            .collect(),
+        percentiles_us: crate::percentiles(&hist),
         max_us: hist.max(),
     })
 }

@@ -262,6 +262,7 @@ impl<SM: StateMachine> Driver<SM> {
         let mut inbox_open = true;
         let mut batches = spin::BatchAverage::new();
         loop {
+            let mut proposals = false;
             // Biased: a stop request wins, and ticks (at most one per interval) cannot be
             // starved by a constant stream of proposals or messages.
             tokio::select! {
@@ -284,16 +285,14 @@ impl<SM: StateMachine> Driver<SM> {
                 first = queue.recv() => {
                     let Some(first) = first else { break };
                     self.request_batch(first, &mut queue, &mut batches);
-                    self.step();
-                    spin::round_done(!inbox_open);
-                    if !inbox_open {
-                        self.spin_for_proposals(&mut queue, &mut batches);
-                    }
-                    continue;
+                    proposals = true;
                 }
             }
             self.step();
             spin::round_done(!inbox_open);
+            if proposals && !inbox_open {
+                self.spin_for_proposals(&mut queue, &mut batches);
+            }
         }
         self.finish(queue);
     }
