@@ -48,6 +48,12 @@ pub trait StateMachine: Send + 'static {
     /// membership change): nothing changes, but the applied index moves, so the next
     /// checkpoint covers it and the log can be compacted past it.
     fn skip(&mut self, index: u64);
+    /// A run of `apply` and `skip` calls is over, and their proposers are about to be
+    /// answered: whatever the state machine deferred (a batch of writes it gathered) must
+    /// be done and visible to readers now. `Err` is a disk failure, as in `apply`.
+    fn applied(&mut self) -> std::result::Result<(), String> {
+        Ok(())
+    }
     /// Index covered by the state machine's last durable checkpoint (after restart: what it
     /// recovered to).
     fn applied_index(&self) -> u64;

@@ -285,6 +285,10 @@ pub struct Database {
     snapshot_point: Option<(u64, u64)>,
     /// Open staged COPYs by id (see `apply/copies.rs`).
     copies: std::collections::BTreeMap<u64, copies::StagedCopy>,
+    /// Streams with appends staged in memory since the last [`StateMachine::applied`]:
+    /// a Raft batch's appends to one stream are written with one `pwrite` and shown to
+    /// readers together when the batch is done, before any proposer is answered.
+    staged: Vec<Arc<crate::catalog::Stream>>,
 }
 
 impl Database {
@@ -331,6 +335,7 @@ impl Database {
             applied: cp.applied_index,
             checkpointed: cp.applied_index,
             default_segment_bytes,
+            staged: Vec::new(),
         })
     }
 
@@ -522,6 +527,7 @@ impl Database {
             .map_err(|e| e.to_string())?;
         self.applied = index;
         self.checkpointed = index;
+        self.staged.clear(); // streams of the replaced state
         self.dropped_tables.clear();
         self.snapshot_point = cp.snapshot_point;
         Ok(())
@@ -568,7 +574,7 @@ impl Database {
             let id = dedup_table_id(stream.def.id);
             let first = *next
                 .entry(stream.def.id)
-                .or_insert_with(|| stream.log.next_offset());
+                .or_insert_with(|| stream.log.write_offset());
             let mut offset = first;
             let mut keep = Vec::with_capacity(batch.num_rows());
             let mut row_offsets = Vec::with_capacity(batch.num_rows());
@@ -946,6 +952,9 @@ impl Database {
             table_writes.retain(|w| !dead.contains(&w.table));
         }
         if !table_writes.is_empty() {
+            // a command's rows are visible no later than its table writes (a consumer's
+            // committed offset never shows before the rows it wrote)
+            self.publish_staged()?;
             self.tables.apply(index, table_writes);
             if self.tables.delta_bytes() > MAX_TABLE_DELTA_BYTES {
                 self.write_checkpoint(index)?;
@@ -1093,6 +1102,8 @@ impl Database {
         let Some(stream) = self.catalog.remove(&d.name) else {
             return Ok(Ok(OpOutcome::Dropped { existed: false }));
         };
+        // its staged rows are never shown (nor written: the directory goes)
+        self.staged.retain(|s| s.def.id != stream.def.id);
         if stream.def.options.dedup_key.is_some() {
             let id = dedup_table_id(stream.def.id);
             self.tables.reset_table(index, id);
@@ -1122,13 +1133,16 @@ impl Database {
             None => (a.ipc.as_slice(), a.rows),
         };
         let base = if rows == 0 {
-            stream.log.next_offset()
+            stream.log.write_offset()
         } else {
             let base = stream
                 .log
-                .append(ipc, rows, ts)
+                .append_staged(ipc, rows, ts)
                 .map_err(|e| e.to_string())?;
-            stream.record_append(ts);
+            stream.stamp(ts);
+            if !self.staged.iter().any(|s| s.def.id == stream.def.id) {
+                self.staged.push(stream);
+            }
             base
         };
         self.stats
@@ -1154,6 +1168,16 @@ impl Database {
             ts_micros: ts,
             row_offsets,
         }))
+    }
+
+    /// Writes the appends staged since the last call and shows them to readers (waking
+    /// their tails). A failed write is a disk failure: the node stops.
+    fn publish_staged(&mut self) -> Result<(), String> {
+        for stream in std::mem::take(&mut self.staged) {
+            stream.log.flush().map_err(|e| e.to_string())?;
+            stream.record_append(stream.next_ts(i64::MIN));
+        }
+        Ok(())
     }
 
     /// A prefix truncation, after a checkpoint of the state before it (the
@@ -1365,6 +1389,10 @@ impl StateMachine for Database {
         self.applied = index;
     }
 
+    fn applied(&mut self) -> Result<(), String> {
+        self.publish_staged()
+    }
+
     fn applied_index(&self) -> u64 {
         self.checkpointed
     }
@@ -1416,7 +1444,9 @@ mod tests {
             snapshot,
             reads,
         };
-        db.apply(index, &cmd.encode_bytes()).unwrap()
+        let result = db.apply(index, &cmd.encode_bytes()).unwrap();
+        db.applied().unwrap();
+        result
     }
 
     fn create(name: &str) -> Op {
@@ -1569,6 +1599,111 @@ mod tests {
         assert!(db.tables.snapshot().get(t, &key(1)).unwrap().is_some());
         assert!(db.tables.snapshot().get(u, &key(7)).unwrap().is_some());
         assert!(db.catalog.get("s").is_none() && db.catalog.table("gone").is_none());
+    }
+
+    fn append_op(db: &Database, stream: &str, msg: &str) -> Op {
+        let s = db.catalog.get(stream).unwrap();
+        let batch = arrow::record_batch::RecordBatch::try_new(
+            s.user_schema.clone(),
+            vec![Arc::new(arrow::array::StringArray::from(vec![msg]))],
+        )
+        .unwrap();
+        Op {
+            kind: Some(op::Kind::Append(crate::command::Append {
+                stream: stream.into(),
+                stream_id: s.def.id,
+                ipc: crate::ipc::encode_ipc(&batch).unwrap(),
+                rows: 1,
+            })),
+        }
+    }
+
+    /// Applies (without ending the batch) one command appending `msg` to `stream`.
+    fn append1(db: &mut Database, index: u64, stream: &str, msg: &str) -> &'static str {
+        let op = append_op(db, stream, msg);
+        apply_only(db, index, vec![op])
+    }
+
+    fn apply_only(db: &mut Database, index: u64, ops: Vec<Op>) -> &'static str {
+        let cmd = Command {
+            ts_micros: 1_000_000 * index as i64,
+            ops,
+            snapshot: 0,
+            reads: vec![],
+        };
+        code(db.apply(index, &cmd.encode_bytes()).unwrap())
+    }
+
+    /// A Raft batch's appends wait in memory and reach the segment file in one write when
+    /// the batch is applied, before any proposer is answered; readers and tails see them
+    /// only then, offsets are assigned at once, and a command's table writes never show
+    /// before the rows staged ahead of them.
+    #[test]
+    fn a_batch_of_appends_is_written_and_shown_when_the_batch_is_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = open(dir.path());
+        let ddl = vec![create_stream("s"), create("t")];
+        assert_eq!(code(run(&mut db, 1, 0, vec![], ddl)), "ok");
+        let s = db.catalog.get("s").unwrap();
+        let mut tail = s.subscribe();
+        tail.mark_unchanged();
+        let segment = s.log.segments()[0].path.clone();
+        let empty = std::fs::metadata(&segment).unwrap().len();
+        for (i, msg) in ["a", "b", "c"].into_iter().enumerate() {
+            assert_eq!(append1(&mut db, 2 + i as u64, "s", msg), "ok");
+        }
+        assert_eq!(s.log.write_offset(), 3, "offsets assigned as applied");
+        assert_eq!(
+            s.log.next_offset(),
+            0,
+            "not shown before the batch is applied"
+        );
+        assert!(!tail.has_changed().unwrap(), "no tail woken yet");
+        assert_eq!(
+            std::fs::metadata(&segment).unwrap().len(),
+            empty,
+            "not written yet"
+        );
+        db.applied().unwrap();
+        assert_eq!(s.log.next_offset(), 3);
+        assert!(tail.has_changed().unwrap());
+        assert_eq!(*tail.borrow_and_update(), 3);
+        let metas = s.log.batches(0, u64::MAX);
+        assert_eq!(metas.len(), 3);
+        for (meta, msg) in metas.iter().zip(["a", "b", "c"]) {
+            let batch = s.log.read(meta).unwrap();
+            let col = batch.column(batch.num_columns() - 1);
+            let text = col
+                .as_any()
+                .downcast_ref::<arrow::array::StringArray>()
+                .unwrap();
+            assert_eq!(text.value(0), msg);
+        }
+        // a command with table writes shows the rows staged before it first
+        assert_eq!(append1(&mut db, 5, "s", "d"), "ok");
+        let both = vec![
+            append_op(&db, "s", "e"),
+            write(&db, write_kind::INSERT, 1, 10),
+        ];
+        assert_eq!(apply_only(&mut db, 6, both), "ok");
+        let t = db.catalog.table("t").unwrap().def.id;
+        assert!(db.tables.snapshot().get(t, &key(1)).unwrap().is_some());
+        assert_eq!(s.log.next_offset(), 5, "the rows came first");
+        // a dropped stream's staged rows are neither written nor shown; the rest still are
+        assert_eq!(apply_only(&mut db, 7, vec![create_stream("gone")]), "ok");
+        assert_eq!(append1(&mut db, 8, "gone", "x"), "ok");
+        assert_eq!(append1(&mut db, 9, "s", "f"), "ok");
+        assert_eq!(apply_only(&mut db, 10, vec![drop_op("gone")]), "ok");
+        db.applied().unwrap();
+        assert_eq!(s.log.next_offset(), 6);
+        // a checkpoint covers staged rows: reopened, everything is there
+        assert_eq!(append1(&mut db, 11, "s", "g"), "ok");
+        db.checkpoint().unwrap();
+        db.applied().unwrap();
+        drop(db);
+        let db = open(dir.path());
+        assert_eq!(db.applied_index(), 11);
+        assert_eq!(db.catalog.get("s").unwrap().log.next_offset(), 7);
     }
 
     fn read(table_id: u64, k: Option<i64>) -> TableRead {

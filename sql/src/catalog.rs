@@ -148,8 +148,14 @@ impl Stream {
     }
 
     pub(crate) fn record_append(&self, ts: i64) {
-        self.last_ts.fetch_max(ts, Ordering::AcqRel);
+        self.stamp(ts);
         self.advanced.send_replace(self.log.next_offset());
+    }
+
+    /// Records an append committed at `ts` that readers do not see yet
+    /// ([`Stream::record_append`] shows it).
+    pub(crate) fn stamp(&self, ts: i64) {
+        self.last_ts.fetch_max(ts, Ordering::AcqRel);
     }
 
     /// Receiver that changes whenever rows are appended.

@@ -130,6 +130,13 @@ impl SegmentFile {
         written.map_err(Error::io(&self.path))
     }
 
+    /// Writes `bytes` (whole frames) at `position`. No fsync.
+    pub fn write_at(&self, position: u64, bytes: &[u8]) -> Result<()> {
+        self.file
+            .write_all_at(bytes, position)
+            .map_err(Error::io(&self.path))
+    }
+
     /// Makes everything written so far durable.
     pub fn sync(&self) -> Result<()> {
         self.file.sync_data().map_err(Error::io(&self.path))

@@ -16,6 +16,13 @@
 //! segment), and after any I/O error the log is poisoned and refuses writes
 //! rather than pretend something is durable.
 //!
+//! Staged appends ([`StreamLog::append_staged`]) let an applier that appends many small
+//! frames in a row (a Raft batch of single-row INSERTs) write them with one `pwrite`: their
+//! bytes wait in memory, contiguous with the file's end, and their index entries wait
+//! unpublished; [`StreamLog::flush`] writes the bytes and then publishes. Every other write
+//! path (a plain append, `publish`, `sync`, a segment roll) flushes first, so the file never
+//! holds a frame after a gap, and a checkpoint never covers bytes still in memory.
+//!
 //! Which offsets must exist is recorded too: the checkpoint's `first_offset`,
 //! and — because a prefix truncation deletes files before the next checkpoint
 //! is taken — a `first_offset` file in the stream's directory, made durable
@@ -39,6 +46,15 @@ use crate::durable::{list_segments, sync_dir};
 use crate::error::{Error, Result};
 use crate::frame::{self, HEADER_LEN};
 use crate::segment::{self, FrameEntry, Segment, SegmentFile, TornTail};
+
+/// Most bytes of frames [`StreamLog::append_staged`] keeps in memory before writing them.
+pub const STAGE_BYTES: usize = 1 << 20;
+
+/// A stream keeps a staging buffer up to this capacity between flushes.
+const STAGE_KEEP_BYTES: usize = 64 << 10;
+
+/// Frames larger than this are never staged (written in place at once).
+const STAGE_FRAME_BYTES: usize = 16 << 10;
 
 /// Tuning for a [`StreamLog`].
 #[derive(Debug, Clone)]
@@ -154,6 +170,10 @@ struct Writer {
     /// files from this segment on must survive until a later checkpoint.
     durable_base: u64,
     poisoned: Option<String>,
+    /// Bytes of frames staged by [`StreamLog::append_staged`], to be written at
+    /// `staged_at` in the active segment (`active_len` already counts them).
+    staged: Vec<u8>,
+    staged_at: u64,
 }
 
 impl Writer {
@@ -305,6 +325,8 @@ impl StreamLog {
             parent_unsynced: dir_unsynced,
             durable_base,
             poisoned: None,
+            staged: Vec::new(),
+            staged_at: 0,
         };
         let index = Index {
             sealed,
@@ -338,54 +360,135 @@ impl StreamLog {
         self.append_frame(ipc, rows, ts_micros, false)
     }
 
-    /// Shows readers every frame appended so far.
-    pub fn publish(&self) {
+    /// Shows readers every frame appended so far (writing staged ones first).
+    pub fn publish(&self) -> Result<()> {
+        self.flush()
+    }
+
+    /// [`StreamLog::append_unpublished`] that may keep a small frame's bytes in memory: they
+    /// are written, with every frame staged after them, in one `pwrite` at the next
+    /// [`StreamLog::flush`] (or any other write), which also publishes them. The offsets are
+    /// assigned now. At most [`STAGE_BYTES`] wait; a frame beyond that, or a large one, is
+    /// written at once (still unpublished).
+    pub fn append_staged(&self, ipc: &[u8], rows: u32, ts_micros: i64) -> Result<u64> {
+        if ipc.len() > STAGE_FRAME_BYTES {
+            return self.append_frame(ipc, rows, ts_micros, false);
+        }
+        let mut w = self.writer.lock();
+        w.check()?;
+        if w.staged.len() + HEADER_LEN + ipc.len() > STAGE_BYTES {
+            self.write_staged(&mut w)?;
+        }
+        if w.active_len > 0 && w.active_len >= self.opts.segment_bytes {
+            self.write_staged(&mut w)?;
+            self.roll(&mut w).map_err(|e| w.poison(e))?;
+        }
+        let (base_offset, header, len) = self.frame_header(&mut w, ipc, rows, ts_micros)?;
+        let position = w.active_len;
+        if w.staged.is_empty() {
+            w.staged_at = position;
+        }
+        w.staged.extend_from_slice(&header);
+        w.staged.extend_from_slice(ipc);
+        let entry = FrameEntry {
+            base_offset,
+            position,
+            len,
+            rows,
+            ts_micros,
+        };
+        self.index_frame(&mut w, ipc, &header, entry, false);
+        Ok(base_offset)
+    }
+
+    /// Writes the staged frames (one `pwrite`) and shows readers every frame appended so
+    /// far. A failed write poisons the log.
+    pub fn flush(&self) -> Result<()> {
+        let mut w = self.writer.lock();
+        w.check()?;
+        self.write_staged(&mut w)?;
         let mut index = self.index.write();
         index.next_offset = index.write_offset;
+        Ok(())
+    }
+
+    /// Writes the staged frames' bytes, unpublished.
+    fn write_staged(&self, w: &mut Writer) -> Result<()> {
+        if w.staged.is_empty() {
+            return Ok(());
+        }
+        w.check()?;
+        let written = w.active.write_at(w.staged_at, &w.staged);
+        w.staged.clear();
+        if w.staged.capacity() > STAGE_KEEP_BYTES {
+            w.staged = Vec::new(); // a burst's buffer is not kept by an idle stream
+        }
+        written.map_err(|e| w.poison(e))
+    }
+
+    /// The header of a frame of `ipc` at the next offset: (base offset, header, frame length).
+    fn frame_header(
+        &self,
+        w: &mut Writer,
+        ipc: &[u8],
+        rows: u32,
+        ts_micros: i64,
+    ) -> Result<(u64, [u8; HEADER_LEN], u32)> {
+        let base_offset = self.index.read().write_offset;
+        match (
+            frame::encode_header(base_offset, rows, ts_micros, ipc),
+            u32::try_from(HEADER_LEN + ipc.len()),
+        ) {
+            (Some(header), Ok(len)) => Ok((base_offset, header, len)),
+            _ => Err(Error::io(w.active.path())(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a batch of {} bytes does not fit in a frame", ipc.len()),
+            ))),
+        }
+    }
+
+    /// Counts the frame `entry` written (or staged) and adds it to the index.
+    fn index_frame(
+        &self,
+        w: &mut Writer,
+        ipc: &[u8],
+        header: &[u8; HEADER_LEN],
+        entry: FrameEntry,
+        publish: bool,
+    ) {
+        w.active_len += u64::from(entry.len);
+        w.active_unsynced = true;
+        let logical = HEADER_LEN as u64 + frame::logical_len(ipc);
+        let parts = segment::parts_worth_keeping(header, ipc);
+        let mut index = self.index.write();
+        index.write_offset = entry.base_offset + u64::from(entry.rows);
+        if publish {
+            index.next_offset = index.write_offset;
+        }
+        index.last_ts_micros = Some(entry.ts_micros);
+        index.active.push(logical, entry, parts);
     }
 
     fn append_frame(&self, ipc: &[u8], rows: u32, ts_micros: i64, publish: bool) -> Result<u64> {
         let mut w = self.writer.lock();
         w.check()?;
+        self.write_staged(&mut w)?;
         if w.active_len > 0 && w.active_len >= self.opts.segment_bytes {
             self.roll(&mut w).map_err(|e| w.poison(e))?;
         }
-        let base_offset = self.index.read().write_offset;
-        let (Some(header), Ok(len)) = (
-            frame::encode_header(base_offset, rows, ts_micros, ipc),
-            u32::try_from(HEADER_LEN + ipc.len()),
-        ) else {
-            return Err(Error::io(w.active.path())(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("a batch of {} bytes does not fit in a frame", ipc.len()),
-            )));
-        };
+        let (base_offset, header, len) = self.frame_header(&mut w, ipc, rows, ts_micros)?;
         let position = w.active_len;
         w.active
             .write_frame(position, &header, ipc)
             .map_err(|e| w.poison(e))?;
-        w.active_len += u64::from(len);
-        w.active_unsynced = true;
-
-        let logical = HEADER_LEN as u64 + frame::logical_len(ipc);
-        let parts = segment::parts_worth_keeping(&header, ipc);
-        let mut index = self.index.write();
-        index.active.push(
-            logical,
-            FrameEntry {
-                base_offset,
-                position,
-                len,
-                rows,
-                ts_micros,
-            },
-            parts,
-        );
-        index.write_offset = base_offset + u64::from(rows);
-        if publish {
-            index.next_offset = index.write_offset;
-        }
-        index.last_ts_micros = Some(ts_micros);
+        let entry = FrameEntry {
+            base_offset,
+            position,
+            len,
+            rows,
+            ts_micros,
+        };
+        self.index_frame(&mut w, ipc, &header, entry, publish);
         Ok(base_offset)
     }
 
@@ -414,6 +517,7 @@ impl StreamLog {
     pub fn sync(&self) -> Result<StreamCheckpoint> {
         let mut w = self.writer.lock();
         w.check()?;
+        self.write_staged(&mut w)?;
         self.sync_files(&mut w).map_err(|e| w.poison(e))?;
         let checkpoint = StreamCheckpoint {
             first_offset: self.index.read().first_offset,
@@ -597,7 +701,7 @@ impl StreamLog {
     }
 
     /// Logical prefix truncation: `first_offset = max(first_offset, before)`,
-    /// capped at `next_offset`. Deletes the sealed segment files whose every
+    /// capped at `next_offset` (after writing and publishing staged frames). Deletes the sealed segment files whose every
     /// offset is below the new `first_offset`, except the segment of the last
     /// checkpoint (and anything after it), which a restart from that
     /// checkpoint still needs. Never deletes the active segment. Returns the
@@ -605,8 +709,12 @@ impl StreamLog {
     pub fn truncate_prefix(&self, before: u64) -> Result<u64> {
         let mut w = self.writer.lock();
         w.check()?;
+        // staged frames count: where a truncation stops cannot depend on when frames are
+        // written (every replica must truncate alike)
+        self.write_staged(&mut w)?;
         let (first_offset, doomed) = {
             let mut index = self.index.write();
+            index.next_offset = index.write_offset;
             let first_offset = index.first_offset.max(before).min(index.next_offset);
             index.first_offset = first_offset;
             let n = index

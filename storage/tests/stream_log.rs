@@ -182,7 +182,7 @@ fn unpublished_frames_appear_together_at_publish() {
     // the payloads read back verbatim and verified
     let copy = tempfile::tempdir().expect("tempdir");
     let moved = StreamLog::create(copy.path(), StreamLogOptions::default()).expect("create");
-    log.publish();
+    log.publish().expect("publish");
     assert_eq!(log.next_offset(), 14);
     let metas = log.batches(0, u64::MAX);
     assert_eq!(metas.len(), 4);
@@ -828,4 +828,128 @@ fn a_large_frame_with_a_malformed_schema_is_recovered() {
     let log = StreamLog::open(dir.path(), StreamLogOptions::default(), &checkpoint)
         .expect("recovery is not stopped by the frame");
     assert_eq!(log.next_offset(), 10_000);
+}
+
+/// Appends one staged batch per entry of `rows` at the log's write offset.
+fn stage_all(log: &StreamLog, rows: &[u32]) -> Vec<u64> {
+    rows.iter()
+        .map(|&n| {
+            let base = log.write_offset();
+            let got = log
+                .append_staged(&ipc(base, n), n, base as i64 * 1000)
+                .expect("append staged");
+            assert_eq!(got, base);
+            got
+        })
+        .collect()
+}
+
+#[test]
+fn staged_frames_are_written_together_and_seen_only_after_the_flush() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = StreamLog::create(dir.path(), StreamLogOptions::default()).expect("create");
+    append_all(&log, &[2]);
+    let path = segment_path(dir.path(), 0);
+    let written = file_len(&path);
+    assert_eq!(stage_all(&log, &[1, 3, 1]), vec![2, 3, 6]);
+    assert_eq!(log.write_offset(), 7, "offsets are assigned at once");
+    assert_eq!(
+        log.next_offset(),
+        2,
+        "readers still end before the staged frames"
+    );
+    assert_eq!(log.batches(0, u64::MAX).len(), 1);
+    assert_eq!(
+        file_len(&path),
+        written,
+        "no byte of a staged frame is written yet"
+    );
+
+    log.flush().expect("flush");
+    assert_eq!(log.next_offset(), 7);
+    assert_eq!(read_all(&log, 0), 7);
+    assert_eq!(
+        file_len(&path),
+        log.segments()[0].bytes,
+        "the flush wrote every staged frame"
+    );
+    // a plain append after staged frames writes them first, then itself
+    stage_all(&log, &[2]);
+    assert_eq!(log.append(&ipc(9, 1), 1, 9_000).expect("append"), 9);
+    assert_eq!(read_all(&log, 0), 10);
+}
+
+#[test]
+fn a_checkpoint_covers_staged_frames_only_once_they_are_on_disk() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let frame_len = (HEADER_LEN + ipc(0, 2).len()) as u64;
+    // three frames per segment: staging crosses two rollovers
+    let log = StreamLog::create(dir.path(), opts(frame_len * 3)).expect("create");
+    stage_all(&log, &[2; 7]);
+    let checkpoint = log.sync().expect("sync");
+    assert_eq!(
+        (checkpoint.segment_base, checkpoint.segment_len),
+        (12, frame_len),
+        "sync wrote the staged frames before taking the position"
+    );
+    // staged after the checkpoint and never flushed: a crash loses them (the WAL replays
+    // them), and leaves no partial frame behind
+    stage_all(&log, &[2; 2]);
+    drop(log);
+    let log = StreamLog::open(dir.path(), opts(frame_len * 3), &checkpoint).expect("open");
+    assert_eq!(log.next_offset(), 14);
+    assert_eq!(read_all(&log, 0), 14);
+    assert_eq!(stage_all(&log, &[2]), vec![14]);
+    log.flush().expect("flush");
+    assert_eq!(read_all(&log, 0), 16);
+}
+
+#[test]
+fn staging_is_bounded_and_large_frames_are_written_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = StreamLog::create(dir.path(), StreamLogOptions::default()).expect("create");
+    let path = segment_path(dir.path(), 0);
+    // a frame larger than the staging limit for one frame goes straight to the file
+    let large = ipc(0, 2_000);
+    assert!(large.len() > 16 << 10);
+    log.append_staged(&large, 2_000, 0).expect("stage");
+    assert_eq!(file_len(&path), (HEADER_LEN + large.len()) as u64);
+    assert_eq!(log.next_offset(), 0, "written, not yet published");
+    // small frames past the staging limit are written before more are staged
+    let small = (HEADER_LEN + ipc(2_000, 100).len()) as u64;
+    let mut staged = 0u64;
+    while staged <= sluice_storage::stream_log::STAGE_BYTES as u64 {
+        stage_all(&log, &[100]);
+        staged += small;
+    }
+    assert!(
+        file_len(&path) > (HEADER_LEN + large.len()) as u64,
+        "staging stopped at its limit"
+    );
+    log.flush().expect("flush");
+    assert_eq!(read_all(&log, 0), log.write_offset());
+}
+
+#[test]
+fn a_failed_flush_poisons_the_log() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let dir = parent.path().join("stream");
+    let log = StreamLog::create(&dir, opts(1)).expect("create");
+    append_all(&log, &[1]);
+    stage_all(&log, &[1]); // rolls to segment 1, in the directory
+    fs::remove_dir_all(&dir).expect("remove");
+    // the staged frame's file is unlinked but open: the flush still writes; the next
+    // rollover cannot create its file, and the log refuses everything after
+    log.flush().expect("flush to the open file");
+    let err = log
+        .append_staged(&ipc(2, 1), 1, 0)
+        .expect_err("rollover fails");
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+    assert!(matches!(log.flush(), Err(Error::Poisoned(_))));
+    assert!(matches!(
+        log.append_staged(&ipc(2, 1), 1, 0),
+        Err(Error::Poisoned(_))
+    ));
+    assert!(matches!(log.sync(), Err(Error::Poisoned(_))));
+    assert_eq!(log.next_offset(), 2);
 }

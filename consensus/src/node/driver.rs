@@ -976,7 +976,9 @@ impl<SM: StateMachine> Driver<SM> {
     /// waiters, so a proposer that hears back sees a status covering its entry.
     fn apply(&mut self, entries: Vec<Entry>) -> Result<()> {
         let mut replies = Vec::new();
-        let result = self.apply_entries(entries, &mut replies);
+        let result = self
+            .apply_entries(entries, &mut replies)
+            .and(self.sm.applied().map_err(Error::StateMachine));
         if !replies.is_empty() {
             self.publish_status();
         }

@@ -29,6 +29,17 @@ pub(super) struct Recorder {
     skipped: Skipped,
     apply_calls: Arc<AtomicU64>,
     allow_checkpoint: Arc<AtomicBool>,
+    /// What `StateMachine::applied` has shown: the last index applied before its last call,
+    /// and the longest run of applies it ended.
+    shown: Arc<Mutex<Shown>>,
+}
+
+#[derive(Default)]
+pub(super) struct Shown {
+    run: u64,
+    last: u64,
+    shown: u64,
+    longest_run: u64,
 }
 
 impl Recorder {
@@ -39,6 +50,7 @@ impl Recorder {
             skipped: Skipped::default(),
             apply_calls: Arc::default(),
             allow_checkpoint: Arc::new(AtomicBool::new(true)),
+            shown: Arc::default(),
         }
     }
 
@@ -51,6 +63,7 @@ impl Recorder {
             skipped: Skipped::default(),
             apply_calls: Arc::default(),
             allow_checkpoint: self.allow_checkpoint.clone(),
+            shown: Arc::default(),
         }
     }
 
@@ -72,7 +85,18 @@ impl StateMachine for Recorder {
             assert!(index > *last, "applied {index} after {last}");
         }
         memory.push((index, command.to_vec()));
+        let mut shown = self.shown.lock().unwrap();
+        shown.run += 1;
+        shown.last = index;
         Ok((index, command.to_vec()))
+    }
+
+    fn applied(&mut self) -> std::result::Result<(), String> {
+        let mut shown = self.shown.lock().unwrap();
+        shown.longest_run = shown.longest_run.max(shown.run);
+        shown.run = 0;
+        shown.shown = shown.last;
+        Ok(())
     }
 
     fn skip(&mut self, index: u64) {
@@ -218,6 +242,40 @@ async fn proposals_arriving_during_an_fsync_share_the_next_one() {
     );
     // Without group commit this would take 640 × 20 ms ≈ 13 s.
     assert!(started.elapsed() < Duration::from_secs(6));
+    node.shutdown().await;
+}
+
+/// A state machine defers work to the end of a batch (`StateMachine::applied`: Sluice writes
+/// a batch's stream appends there): no proposer hears of its command before that call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn proposers_are_answered_only_after_their_batch_is_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.fsync_delay = Some(Duration::from_millis(5));
+    let sm = Recorder::new();
+    let node = start(config, sm.clone()).unwrap();
+    let mut joins = Vec::new();
+    for t in 0..16 {
+        let node = node.clone();
+        let shown = sm.shown.clone();
+        joins.push(tokio::spawn(async move {
+            for i in 0..10 {
+                let (index, _) = node.propose(format!("{t}-{i}").into_bytes()).await.unwrap();
+                let shown = shown.lock().unwrap().shown;
+                assert!(
+                    index <= shown,
+                    "answered {index} before it was shown ({shown})"
+                );
+            }
+        }));
+    }
+    for j in joins {
+        j.await.unwrap();
+    }
+    assert!(
+        sm.shown.lock().unwrap().longest_run > 1,
+        "batches of several commands ended with one call"
+    );
     node.shutdown().await;
 }
 

@@ -242,7 +242,7 @@ impl Database {
                 .map_err(|e| e.to_string())?;
             rows += u64::from(meta.rows);
         }
-        stream.log.publish();
+        stream.log.publish().map_err(|e| e.to_string())?;
         if rows > 0 {
             stream.record_append(ts);
         }
