@@ -1156,7 +1156,9 @@ impl<SM: StateMachine> Driver<SM> {
         self.since_checkpoint = 0;
         self.since_checkpoint_bytes = 0;
         // Proposals of ours inside the snapshot were applied without us seeing them; so may
-        // have been those sent to a leader that never said where it put them.
+        // have been those sent to a leader that never said where it put them. A read barrier
+        // sent to the leader is no entry: no snapshot holds it, and the leader's answer still
+        // comes (or its deadline passes) as before.
         let mut covered: Vec<u64> = self
             .by_index
             .range(..=meta.index)
@@ -1165,7 +1167,10 @@ impl<SM: StateMachine> Driver<SM> {
         covered.extend(
             self.waiters
                 .iter()
-                .filter(|(_, w)| matches!(w.state, State::Sent { .. }))
+                .filter(|(_, w)| {
+                    matches!(w.state, State::Sent { .. })
+                        && !matches!(w.payload, Some(Payload::Read))
+                })
                 .map(|(t, _)| *t),
         );
         for tag in covered {

@@ -867,3 +867,74 @@ fn a_late_acceptance_of_an_earlier_sending_never_fails_a_committed_write() {
         assert_eq!(h.iter().filter(|(_, c)| c == cmd).count(), 1);
     }
 }
+
+fn raft_type(env: &Envelope) -> Option<raft::eraftpb::MessageType> {
+    use protobuf::Message as _;
+    match &env.body {
+        Some(crate::transport::Body::Raft(bytes)) => {
+            raft::eraftpb::Message::parse_from_bytes(bytes)
+                .ok()
+                .map(|m| m.get_msg_type())
+        }
+        _ => None,
+    }
+}
+
+/// A linearizable read on a follower that catches up by snapshot: its barrier went to the
+/// leader, and the snapshot arrived before the leader's answer. A barrier is no log entry
+/// (no snapshot holds it), yet the install failed it as "applied through a snapshot; its
+/// response is not known here" (40003), and the read failed (seen in the cluster suite's
+/// lagging-node test).
+#[test]
+fn a_read_barrier_in_flight_survives_a_snapshot_install() {
+    use raft::eraftpb::MessageType;
+    let mut sim = Sim::new(3, 20);
+    let leader = sim.elect();
+    let lagging = if leader == 3 { 2 } else { 3 };
+    sim.isolate(lagging);
+    for i in 0..100 {
+        sim.propose(leader, &format!("s{i}"));
+        if i % 10 == 0 {
+            sim.round();
+        }
+    }
+    sim.settle();
+    // back on the network, the snapshot and the read's answer are slow on the wire
+    sim.hold = Some(Box::new(move |from, to, env| {
+        from == leader
+            && to == lagging
+            && matches!(
+                raft_type(env),
+                Some(MessageType::MsgSnapshot | MessageType::MsgReadIndexResp)
+            )
+    }));
+    sim.heal();
+    sim.rounds(5);
+    let (reply, mut read) = oneshot::channel();
+    sim.driver(lagging).request(Request::ReadIndex { reply });
+    sim.driver(lagging).step();
+    sim.rounds(2);
+    let held: Vec<_> = sim
+        .held
+        .iter()
+        .filter_map(|(_, _, e)| raft_type(e))
+        .collect();
+    assert!(held.contains(&MessageType::MsgSnapshot), "{held:?}");
+    assert!(held.contains(&MessageType::MsgReadIndexResp), "{held:?}");
+    // the snapshot lands first, then the leader's answer to the read
+    sim.hold = None;
+    let mut held = std::mem::take(&mut sim.held);
+    held.sort_by_key(|(_, _, e)| raft_type(e) != Some(MessageType::MsgSnapshot));
+    for (_, _, env) in held {
+        let d = sim.driver(lagging);
+        d.receive(Inbound::Envelope(env));
+        d.step();
+    }
+    sim.rounds(20);
+    assert!(
+        matches!(read.try_recv(), Ok(Ok(()))),
+        "the read barrier is answered, not failed by the snapshot"
+    );
+    assert_eq!(sim.nodes[&lagging].sm.memory().len(), 100);
+    assert!(Metrics::get(&sim.nodes[&lagging].metrics.snapshots_installed) >= 1);
+}
