@@ -383,22 +383,14 @@ impl StreamLog {
             self.write_staged(&mut w)?;
             self.roll(&mut w).map_err(|e| w.poison(e))?;
         }
-        let (base_offset, header, len) = self.frame_header(&mut w, ipc, rows, ts_micros)?;
-        let position = w.active_len;
+        let (header, entry) = self.next_frame(&w, ipc, rows, ts_micros)?;
         if w.staged.is_empty() {
-            w.staged_at = position;
+            w.staged_at = entry.position;
         }
         w.staged.extend_from_slice(&header);
         w.staged.extend_from_slice(ipc);
-        let entry = FrameEntry {
-            base_offset,
-            position,
-            len,
-            rows,
-            ts_micros,
-        };
         self.index_frame(&mut w, ipc, &header, entry, false);
-        Ok(base_offset)
+        Ok(entry.base_offset)
     }
 
     /// Writes the staged frames (one `pwrite`) and shows readers every frame appended so
@@ -426,20 +418,30 @@ impl StreamLog {
         written.map_err(|e| w.poison(e))
     }
 
-    /// The header of a frame of `ipc` at the next offset: (base offset, header, frame length).
-    fn frame_header(
+    /// The header and index entry of a frame of `ipc` at the next offset and at the end of
+    /// the active segment.
+    fn next_frame(
         &self,
-        w: &mut Writer,
+        w: &Writer,
         ipc: &[u8],
         rows: u32,
         ts_micros: i64,
-    ) -> Result<(u64, [u8; HEADER_LEN], u32)> {
+    ) -> Result<([u8; HEADER_LEN], FrameEntry)> {
         let base_offset = self.index.read().write_offset;
         match (
             frame::encode_header(base_offset, rows, ts_micros, ipc),
             u32::try_from(HEADER_LEN + ipc.len()),
         ) {
-            (Some(header), Ok(len)) => Ok((base_offset, header, len)),
+            (Some(header), Ok(len)) => Ok((
+                header,
+                FrameEntry {
+                    base_offset,
+                    position: w.active_len,
+                    len,
+                    rows,
+                    ts_micros,
+                },
+            )),
             _ => Err(Error::io(w.active.path())(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("a batch of {} bytes does not fit in a frame", ipc.len()),
@@ -476,20 +478,12 @@ impl StreamLog {
         if w.active_len > 0 && w.active_len >= self.opts.segment_bytes {
             self.roll(&mut w).map_err(|e| w.poison(e))?;
         }
-        let (base_offset, header, len) = self.frame_header(&mut w, ipc, rows, ts_micros)?;
-        let position = w.active_len;
+        let (header, entry) = self.next_frame(&w, ipc, rows, ts_micros)?;
         w.active
-            .write_frame(position, &header, ipc)
+            .write_frame(entry.position, &header, ipc)
             .map_err(|e| w.poison(e))?;
-        let entry = FrameEntry {
-            base_offset,
-            position,
-            len,
-            rows,
-            ts_micros,
-        };
         self.index_frame(&mut w, ipc, &header, entry, publish);
-        Ok(base_offset)
+        Ok(entry.base_offset)
     }
 
     /// Seals the active segment and starts a new one at `next_offset`.
