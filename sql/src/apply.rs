@@ -1174,7 +1174,7 @@ impl Database {
     /// their tails). A failed write is a disk failure: the node stops.
     fn publish_staged(&mut self) -> Result<(), String> {
         for stream in std::mem::take(&mut self.staged) {
-            stream.log.flush().map_err(|e| e.to_string())?;
+            stream.log.publish().map_err(|e| e.to_string())?;
             stream.record_append(stream.next_ts(i64::MIN));
         }
         Ok(())

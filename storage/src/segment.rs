@@ -29,7 +29,7 @@ use crate::frame::{self, Parts, HEADER_LEN};
 const FILE_SUFFIX: &str = ".seg";
 const RECOVERY_READ_BUFFER: usize = 1 << 20;
 /// Frames with a payload up to this size are written with one system call.
-const SMALL_FRAME: usize = 16 << 10;
+pub(crate) const SMALL_FRAME: usize = 16 << 10;
 /// Frames at least this long keep their [`Parts`] in memory, so a read of some of their
 /// columns reads only those; shorter ones are read whole (one system call beats several).
 pub const PARTS_MIN_FRAME: usize = 64 << 10;
@@ -116,21 +116,18 @@ impl SegmentFile {
     ) -> Result<()> {
         // A small frame (a single-row INSERT) goes out in one write: copying a few KiB costs
         // less than a second system call. A large one is written in place.
-        let written = if payload.len() <= SMALL_FRAME {
+        if payload.len() <= SMALL_FRAME {
             let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
             frame.extend_from_slice(header);
             frame.extend_from_slice(payload);
-            self.file.write_all_at(&frame, position)
+            self.write_at(position, &frame)
         } else {
-            self.file.write_all_at(header, position).and_then(|()| {
-                self.file
-                    .write_all_at(payload, position + HEADER_LEN as u64)
-            })
-        };
-        written.map_err(Error::io(&self.path))
+            self.write_at(position, header)?;
+            self.write_at(position + HEADER_LEN as u64, payload)
+        }
     }
 
-    /// Writes `bytes` (whole frames) at `position`. No fsync.
+    /// Writes `bytes` at `position`. No fsync.
     pub fn write_at(&self, position: u64, bytes: &[u8]) -> Result<()> {
         self.file
             .write_all_at(bytes, position)

@@ -19,9 +19,9 @@
 //! Staged appends ([`StreamLog::append_staged`]) let an applier that appends many small
 //! frames in a row (a Raft batch of single-row INSERTs) write them with one `pwrite`: their
 //! bytes wait in memory, contiguous with the file's end, and their index entries wait
-//! unpublished; [`StreamLog::flush`] writes the bytes and then publishes. Every other write
-//! path (a plain append, `publish`, `sync`, a segment roll) flushes first, so the file never
-//! holds a frame after a gap, and a checkpoint never covers bytes still in memory.
+//! unpublished; [`StreamLog::publish`] writes the bytes and then publishes. Every other write
+//! path (a plain append, `sync`, `truncate_prefix`, a segment roll) writes them first, so the
+//! file never holds a frame after a gap, and a checkpoint never covers bytes still in memory.
 //!
 //! Which offsets must exist is recorded too: the checkpoint's `first_offset`,
 //! and — because a prefix truncation deletes files before the next checkpoint
@@ -50,11 +50,8 @@ use crate::segment::{self, FrameEntry, Segment, SegmentFile, TornTail};
 /// Most bytes of frames [`StreamLog::append_staged`] keeps in memory before writing them.
 pub const STAGE_BYTES: usize = 1 << 20;
 
-/// A stream keeps a staging buffer up to this capacity between flushes.
+/// A stream keeps a staging buffer up to this capacity between writes.
 const STAGE_KEEP_BYTES: usize = 64 << 10;
-
-/// Frames larger than this are never staged (written in place at once).
-const STAGE_FRAME_BYTES: usize = 16 << 10;
 
 /// Tuning for a [`StreamLog`].
 #[derive(Debug, Clone)]
@@ -360,18 +357,13 @@ impl StreamLog {
         self.append_frame(ipc, rows, ts_micros, false)
     }
 
-    /// Shows readers every frame appended so far (writing staged ones first).
-    pub fn publish(&self) -> Result<()> {
-        self.flush()
-    }
-
     /// [`StreamLog::append_unpublished`] that may keep a small frame's bytes in memory: they
     /// are written, with every frame staged after them, in one `pwrite` at the next
-    /// [`StreamLog::flush`] (or any other write), which also publishes them. The offsets are
-    /// assigned now. At most [`STAGE_BYTES`] wait; a frame beyond that, or a large one, is
-    /// written at once (still unpublished).
+    /// [`StreamLog::publish`] (or any other write), which also publishes them. The offsets
+    /// are assigned now. At most [`STAGE_BYTES`] wait; a frame beyond that, or one larger
+    /// than a small frame, is written at once (still unpublished).
     pub fn append_staged(&self, ipc: &[u8], rows: u32, ts_micros: i64) -> Result<u64> {
-        if ipc.len() > STAGE_FRAME_BYTES {
+        if ipc.len() > segment::SMALL_FRAME {
             return self.append_frame(ipc, rows, ts_micros, false);
         }
         let mut w = self.writer.lock();
@@ -395,7 +387,7 @@ impl StreamLog {
 
     /// Writes the staged frames (one `pwrite`) and shows readers every frame appended so
     /// far. A failed write poisons the log.
-    pub fn flush(&self) -> Result<()> {
+    pub fn publish(&self) -> Result<()> {
         let mut w = self.writer.lock();
         w.check()?;
         self.write_staged(&mut w)?;
@@ -404,12 +396,11 @@ impl StreamLog {
         Ok(())
     }
 
-    /// Writes the staged frames' bytes, unpublished.
+    /// Writes the staged frames' bytes, unpublished. Callers check the log is not poisoned.
     fn write_staged(&self, w: &mut Writer) -> Result<()> {
         if w.staged.is_empty() {
             return Ok(());
         }
-        w.check()?;
         let written = w.active.write_at(w.staged_at, &w.staged);
         w.staged.clear();
         if w.staged.capacity() > STAGE_KEEP_BYTES {
@@ -695,8 +686,8 @@ impl StreamLog {
     }
 
     /// Logical prefix truncation: `first_offset = max(first_offset, before)`,
-    /// capped at `next_offset` (after writing and publishing staged frames). Deletes the sealed segment files whose every
-    /// offset is below the new `first_offset`, except the segment of the last
+    /// capped at `next_offset` (after writing and publishing staged frames). Deletes the
+    /// sealed segment files whose every offset is below the new `first_offset`, except the segment of the last
     /// checkpoint (and anything after it), which a restart from that
     /// checkpoint still needs. Never deletes the active segment. Returns the
     /// new `first_offset`.

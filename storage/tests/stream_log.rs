@@ -865,7 +865,7 @@ fn staged_frames_are_written_together_and_seen_only_after_the_flush() {
         "no byte of a staged frame is written yet"
     );
 
-    log.flush().expect("flush");
+    log.publish().expect("publish");
     assert_eq!(log.next_offset(), 7);
     assert_eq!(read_all(&log, 0), 7);
     assert_eq!(
@@ -900,7 +900,7 @@ fn a_checkpoint_covers_staged_frames_only_once_they_are_on_disk() {
     assert_eq!(log.next_offset(), 14);
     assert_eq!(read_all(&log, 0), 14);
     assert_eq!(stage_all(&log, &[2]), vec![14]);
-    log.flush().expect("flush");
+    log.publish().expect("publish");
     assert_eq!(read_all(&log, 0), 16);
 }
 
@@ -926,7 +926,7 @@ fn staging_is_bounded_and_large_frames_are_written_at_once() {
         file_len(&path) > (HEADER_LEN + large.len()) as u64,
         "staging stopped at its limit"
     );
-    log.flush().expect("flush");
+    log.publish().expect("publish");
     assert_eq!(read_all(&log, 0), log.write_offset());
 }
 
@@ -940,12 +940,12 @@ fn a_failed_flush_poisons_the_log() {
     fs::remove_dir_all(&dir).expect("remove");
     // the staged frame's file is unlinked but open: the flush still writes; the next
     // rollover cannot create its file, and the log refuses everything after
-    log.flush().expect("flush to the open file");
+    log.publish().expect("publish to the open file");
     let err = log
         .append_staged(&ipc(2, 1), 1, 0)
         .expect_err("rollover fails");
     assert!(matches!(err, Error::Io { .. }), "{err}");
-    assert!(matches!(log.flush(), Err(Error::Poisoned(_))));
+    assert!(matches!(log.publish(), Err(Error::Poisoned(_))));
     assert!(matches!(
         log.append_staged(&ipc(2, 1), 1, 0),
         Err(Error::Poisoned(_))
