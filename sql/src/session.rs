@@ -175,6 +175,8 @@ pub struct Session {
     values: ValuesCache,
     /// RETURNING rows waiting for an implicit block's commit (see `pipeline`).
     pending_returning: Vec<pipeline::PendingReturning>,
+    /// What statements read of the settings, as of the last statement (see `variables`).
+    derived: Option<variables::Derived>,
 }
 
 impl Session {
@@ -182,7 +184,7 @@ impl Session {
         let vars = Arc::new(parking_lot::RwLock::new(SessionVars {
             user: "sluice".into(),
             database: "sluice".into(),
-            settings: default_settings(engine.limits.setting_defaults()),
+            settings: default_settings(engine.limits.setting_defaults()).into(),
             ..SessionVars::default()
         }));
         let tables = Arc::new(TxnTables::default());
@@ -240,6 +242,7 @@ impl Session {
             role: None,
             values: ValuesCache::default(),
             pending_returning: Vec::new(),
+            derived: None,
         })
     }
 
@@ -471,7 +474,7 @@ impl Session {
                 Box::pin(self.table_dml(p, params)).await
             }
             Parsed::Delete(d) => Box::pin(self.truncate_prefix(d)).await,
-            Parsed::CopyFrom(c) => self.copy_from(c).await,
+            Parsed::CopyFrom(c) => Box::pin(self.copy_from(c)).await,
             Parsed::CreateTable { .. }
             | Parsed::CreateStream { .. }
             | Parsed::DropRelation { .. }
@@ -479,10 +482,10 @@ impl Session {
             | Parsed::CreateIndex { .. }
             | Parsed::DropIndex { .. }
             | Parsed::AlterCluster(_)
-            | Parsed::AlterStream { .. } => self.ddl(p).await,
-            Parsed::Roles(change) => self.change_roles(change).await,
+            | Parsed::AlterStream { .. } => Box::pin(self.ddl(p)).await,
+            Parsed::Roles(change) => Box::pin(self.change_roles(change)).await,
             Parsed::Begin { read_only } => self.begin(*read_only),
-            Parsed::Commit => self.commit().await,
+            Parsed::Commit => Box::pin(self.commit()).await,
             Parsed::Rollback => self.rollback(),
             Parsed::Savepoint(name) => self.savepoint(name),
             Parsed::ReleaseSavepoint(name) => self.release_savepoint(name),
@@ -490,7 +493,9 @@ impl Session {
             Parsed::CopyTo { query, format } => {
                 Box::pin(self.copy_to(query, format.clone(), params)).await
             }
-            Parsed::Declare { name, query, hold } => self.declare(name, query, *hold, params).await,
+            Parsed::Declare { name, query, hold } => {
+                Box::pin(self.declare(name, query, *hold, params)).await
+            }
             Parsed::Fetch { name, count } => Box::pin(self.fetch(name, *count)).await,
             Parsed::Close(name) => self.close(name.as_deref()),
             Parsed::Listen(channel) => self.listen(channel),
@@ -498,10 +503,10 @@ impl Session {
             Parsed::Notify { channel, payload } => self.notify_channel(channel, payload),
             Parsed::Set { name, value } => self.set(name, value),
             Parsed::Show(name) => self.show(name),
-            Parsed::ShowStreams => self.show_streams().await,
+            Parsed::ShowStreams => Box::pin(self.show_streams()).await,
             Parsed::Reset(name) => self.reset(name.as_deref()),
             Parsed::Discard => self.discard_all(),
-            Parsed::Prepare(p) => self.prepare(p).await,
+            Parsed::Prepare(p) => Box::pin(self.prepare(p)).await,
             Parsed::Execute { name, args } => Box::pin(self.execute_prepared(name, args)).await,
             Parsed::Deallocate(name) => Ok(self.deallocate(name.as_deref())),
             Parsed::NoOp(tag) => Ok(Output::Tag((*tag).into())),

@@ -26,11 +26,59 @@ pub struct SessionVars {
     pub role: Option<String>,
     pub database: String,
     /// Current values of the session's settings (what SHOW answers).
-    pub settings: BTreeMap<String, String>,
+    pub settings: Settings,
     /// The backend's process id as clients see it (`pg_backend_pid()`).
     pub pid: i32,
     /// The connection's TLS, `None` for a plain connection (`pg_stat_ssl`).
     pub ssl: Option<SslInfo>,
+}
+
+/// A session's settings by name, and a count of the changes made to them: what a session
+/// derives from its settings on every statement (its memory limit, its default transaction
+/// mode, what it logs) it keeps until the count moves, instead of looking each one up and
+/// parsing it again (`Session::sync_settings`). Reads go through `Deref` to the map; every
+/// change goes through [`Settings::insert`] or [`Settings::remove`], which count it.
+#[derive(Debug, Default, Clone)]
+pub struct Settings {
+    map: BTreeMap<String, String>,
+    changes: u64,
+}
+
+impl Settings {
+    pub fn insert(&mut self, name: String, value: String) -> Option<String> {
+        self.changes += 1;
+        self.map.insert(name, value)
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<String> {
+        self.changes += 1;
+        self.map.remove(name)
+    }
+
+    /// Every setting replaced by `map`'s (RESET ALL).
+    pub fn replace(&mut self, map: BTreeMap<String, String>) {
+        self.changes += 1;
+        self.map = map;
+    }
+
+    /// How many changes were made so far: equal counts, equal settings.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+}
+
+impl From<BTreeMap<String, String>> for Settings {
+    fn from(map: BTreeMap<String, String>) -> Settings {
+        Settings { map, changes: 0 }
+    }
+}
+
+impl std::ops::Deref for Settings {
+    type Target = BTreeMap<String, String>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
 }
 
 /// What `pg_stat_ssl` shows of a TLS connection.

@@ -1489,6 +1489,46 @@ async fn default_transaction_read_only_applies_to_every_transaction() {
     db.close().await;
 }
 
+/// A session keeps what it derives from its settings between statements (issue 25); a
+/// change by `set_config` inside a query, by SET or by RESET ALL is seen by the next
+/// statement all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_changed_by_set_config_or_reset_apply_to_the_next_statement() {
+    let (db, mut s) = setup().await;
+    script(&mut s, EVENTS).await;
+    script(&mut s, "INSERT INTO ev VALUES (1, 'x')").await;
+    assert_eq!(scalar(&mut s, "SHOW transaction_read_only").await, "off");
+    scalar(
+        &mut s,
+        "SELECT set_config('default_transaction_read_only', 'on', false)",
+    )
+    .await;
+    fails(
+        &mut s,
+        "INSERT INTO ev VALUES (2, 'x')",
+        sqlstate::READ_ONLY_SQL_TRANSACTION,
+    )
+    .await;
+    assert_eq!(scalar(&mut s, "SHOW transaction_read_only").await, "on");
+    script(&mut s, "RESET ALL").await;
+    script(&mut s, "INSERT INTO ev VALUES (3, 'x')").await;
+    assert_eq!(scalar(&mut s, "SHOW transaction_read_only").await, "off");
+    // the statement memory limit follows max_statement_memory, set by a function too
+    scalar(
+        &mut s,
+        "SELECT set_config('max_statement_memory', '32MB', false)",
+    )
+    .await;
+    fails(
+        &mut s,
+        "SELECT count(DISTINCT a * 3000 + b) \
+         FROM generate_series(1, 3000) AS x(a), generate_series(1, 3000) AS y(b)",
+        sqlstate::OUT_OF_MEMORY,
+    )
+    .await;
+    db.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_write_mode_must_be_set_before_any_query_25001() {
     let (db, mut s) = setup().await;

@@ -248,10 +248,12 @@ pub(super) fn encode_append(
     max: usize,
 ) -> Result<(Vec<u8>, usize)> {
     let compression = stream.def.options.compression.arrow();
-    let ipc = if *batch.schema() == *stream.user_schema {
+    let schema = batch.schema();
+    // a batch built for the stream shares its schema: no field-by-field comparison
+    let ipc = if Arc::ptr_eq(&schema, &stream.user_schema) || *schema == *stream.user_schema {
         crate::ipc::encode_ipc_with(stream.ipc_schema()?, batch, compression)?
     } else {
-        let schema = crate::ipc::ipc_schema_message(&batch.schema())?;
+        let schema = crate::ipc::ipc_schema_message(&schema)?;
         crate::ipc::encode_ipc_with(&schema, batch, compression)?
     };
     let size = match compression {

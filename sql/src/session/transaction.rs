@@ -16,7 +16,6 @@ use crate::block_catalog::LOCAL_ID_BASE;
 use crate::command::Op;
 use crate::error::{sqlstate, Error, Result};
 use crate::notify::{self, Notification};
-use crate::settings::parse_bool;
 use crate::statement::Parsed;
 
 #[derive(Debug)]
@@ -135,9 +134,7 @@ impl Session {
     }
 
     fn default_read_only(&self) -> bool {
-        self.with_setting("default_transaction_read_only", |v| {
-            v.is_some_and(|v| parse_bool(v) == Some(true))
-        })
+        self.derived().default_read_only
     }
 
     /// A statement that may not run inside a block (DDL that cannot be

@@ -14,8 +14,8 @@ use super::transaction::Txn;
 use super::{batches_stream, Output, Session};
 use crate::error::{sqlstate, Error, Result};
 use crate::settings::{
-    canonical_setting, check_may_set, default_settings, normalize_setting, parse_log_min_duration,
-    LOG_MIN_DURATION,
+    canonical_setting, check_may_set, default_settings, normalize_setting, parse_bool,
+    parse_log_min_duration, Settings, LOG_MIN_DURATION,
 };
 use crate::statement::{self, Parsed};
 
@@ -23,13 +23,46 @@ use crate::statement::{self, Parsed};
 pub(super) const SHOW_STREAMS: &str =
     "SELECT name, first_offset, next_offset, bytes, segments FROM sluice_streams ORDER BY name";
 
+/// What a session reads of its settings on every statement, derived from them once per
+/// change ([`Settings::changes`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Derived {
+    /// The settings' change count this was derived at.
+    changes: u64,
+    /// The statement memory limit: `max_statement_memory`, at most the server's.
+    memory: usize,
+    pub(super) default_read_only: bool,
+    /// What `transaction_read_only` shows (`None`: not set).
+    reported_read_only: Option<bool>,
+    log_min_duration: Option<std::time::Duration>,
+}
+
+impl Derived {
+    fn of(settings: &Settings, max_memory: usize) -> Derived {
+        let memory = settings
+            .get(crate::memory::SETTING)
+            .and_then(|v| crate::units::parse_bytes(v).ok())
+            .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX))
+            .min(max_memory);
+        Derived {
+            changes: settings.changes(),
+            memory,
+            default_read_only: settings
+                .get("default_transaction_read_only")
+                .is_some_and(|v| parse_bool(v) == Some(true)),
+            reported_read_only: settings.get("transaction_read_only").map(|v| v == "on"),
+            log_min_duration: settings
+                .get(LOG_MIN_DURATION)
+                .and_then(|v| parse_log_min_duration(v).ok().flatten()),
+        }
+    }
+}
+
 impl Session {
     /// The session's `log_min_duration_statement`: statements that take at
     /// least this long are logged; `None` logs none.
     pub fn log_min_duration(&self) -> Option<std::time::Duration> {
-        self.with_setting(LOG_MIN_DURATION, |v| {
-            parse_log_min_duration(v?).ok().flatten()
-        })
+        self.derived().log_min_duration
     }
 
     pub fn setting(&self, name: &str) -> Option<String> {
@@ -62,23 +95,31 @@ impl Session {
 
     /// Brings what settings control up to date before a statement: the
     /// memory limit of its plans, and `transaction_read_only` (what SHOW
-    /// and `current_setting` report).
+    /// and `current_setting` report). What it reads of the settings is
+    /// derived again only when they changed (see [`Settings`]).
     pub(super) fn sync_settings(&mut self) {
-        let memory = self
-            .with_setting(crate::memory::SETTING, |v| {
-                v.and_then(|v| crate::units::parse_bytes(v).ok())
-            })
-            .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX))
-            .min(self.engine.limits.max_statement_memory);
-        if memory != self.memory.limit() {
-            self.memory.set_limit(memory);
+        let derived = self.derived();
+        self.derived = Some(derived);
+        if derived.memory != self.memory.limit() {
+            self.memory.set_limit(derived.memory);
         }
-        let read_only = if self.read_only() { "on" } else { "off" };
-        if self.with_setting("transaction_read_only", |v| v != Some(read_only)) {
+        let read_only = self.read_only();
+        if derived.reported_read_only != Some(read_only) {
+            let value = if read_only { "on" } else { "off" };
             self.vars
                 .write()
                 .settings
-                .insert("transaction_read_only".into(), read_only.into());
+                .insert("transaction_read_only".into(), value.into());
+        }
+    }
+
+    /// What statements read of the settings: kept from the last statement while the
+    /// settings have not changed since, else read again.
+    pub(super) fn derived(&self) -> Derived {
+        let vars = self.vars.read();
+        match self.derived {
+            Some(d) if d.changes == vars.settings.changes() => d,
+            _ => Derived::of(&vars.settings, self.engine.limits.max_statement_memory),
         }
     }
 
@@ -107,7 +148,7 @@ impl Session {
         reset.extend(self.startup_settings.clone());
         let mut vars = self.vars.write();
         match name {
-            None => vars.settings = reset,
+            None => vars.settings.replace(reset),
             Some(n) => {
                 let n = canonical_setting(n);
                 match reset.get(&n) {
