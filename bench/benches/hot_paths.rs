@@ -161,6 +161,7 @@ fn apply(c: &mut Criterion) {
             stream_id,
             ipc: encode_ipc(&user_batch()).expect("encode"),
             rows: ROWS as u32,
+            logical_len: 0,
         })),
     };
     let entry = command(vec![append], 2);

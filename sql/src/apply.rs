@@ -1128,16 +1128,23 @@ impl Database {
             return Ok(Err(Error::undefined_table(&a.stream)));
         };
         let ts = stream.next_ts(ts_micros);
-        let (ipc, rows) = match &plan {
-            Some(p) => (p.ipc.as_deref().unwrap_or(&a.ipc), p.rows),
-            None => (a.ipc.as_slice(), a.rows),
+        // the proposer's logical length holds for its own bytes, not a dedup plan's
+        let given = (a.logical_len > 0).then_some(a.logical_len);
+        let (ipc, rows, logical_len) = match &plan {
+            Some(DedupPlan {
+                ipc: Some(ipc),
+                rows,
+                ..
+            }) => (ipc.as_slice(), *rows, None),
+            Some(p) => (a.ipc.as_slice(), p.rows, given),
+            None => (a.ipc.as_slice(), a.rows, given),
         };
         let base = if rows == 0 {
             stream.log.write_offset()
         } else {
             let base = stream
                 .log
-                .append_staged(ipc, rows, ts)
+                .append_staged(ipc, rows, ts, logical_len)
                 .map_err(|e| e.to_string())?;
             stream.stamp(ts);
             if !self.staged.iter().any(|s| s.def.id == stream.def.id) {
@@ -1614,6 +1621,7 @@ mod tests {
                 stream_id: s.def.id,
                 ipc: crate::ipc::encode_ipc(&batch).unwrap(),
                 rows: 1,
+                logical_len: 0,
             })),
         }
     }

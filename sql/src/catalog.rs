@@ -43,6 +43,9 @@ pub struct Stream {
     ipc_schema: std::sync::OnceLock<Vec<u8>>,
     /// Each user column's default (`None`: NULL), read from `def`.
     defaults: Vec<Option<ScalarValue>>,
+    /// Each user column's [`Stream::missing_column`] of one row, made once: a single-row
+    /// INSERT that leaves columns out shares them (Arrow arrays are immutable).
+    missing_row: Vec<std::sync::OnceLock<ArrayRef>>,
 }
 
 impl Stream {
@@ -53,6 +56,7 @@ impl Stream {
             user_schema: def.user_schema(),
             full_schema: def.full_schema(),
             defaults: column_defaults(&def),
+            missing_row: missing_rows(&def),
             def,
             log,
             last_ts: AtomicI64::new(last_ts),
@@ -84,6 +88,7 @@ impl Stream {
                 std::sync::OnceLock::new()
             },
             defaults: column_defaults(&def),
+            missing_row: missing_rows(&def),
             def,
             log: self.log.clone(),
             last_ts: AtomicI64::new(self.last_ts.load(Ordering::Acquire)),
@@ -99,6 +104,19 @@ impl Stream {
 
     /// `n` rows of user column `i` for rows that did not give it: its default, or NULL.
     pub fn missing_column(&self, i: usize, n: usize) -> Result<ArrayRef> {
+        if n == 1 {
+            if let Some(cell) = self.missing_row.get(i) {
+                if let Some(a) = cell.get() {
+                    return Ok(a.clone());
+                }
+                let a = self.make_missing_column(i, 1)?;
+                return Ok(cell.get_or_init(|| a).clone());
+            }
+        }
+        self.make_missing_column(i, n)
+    }
+
+    fn make_missing_column(&self, i: usize, n: usize) -> Result<ArrayRef> {
         let ty = self.user_schema.field(i).data_type();
         match self.default_value(i) {
             Some(v) => {
@@ -166,6 +184,13 @@ impl Stream {
 
 /// The user columns' defaults of `def`; one that does not read (it was checked when the
 /// column was added) is NULL.
+fn missing_rows(def: &StreamDef) -> Vec<std::sync::OnceLock<ArrayRef>> {
+    def.columns
+        .iter()
+        .map(|_| std::sync::OnceLock::new())
+        .collect()
+}
+
 fn column_defaults(def: &StreamDef) -> Vec<Option<ScalarValue>> {
     def.columns
         .iter()

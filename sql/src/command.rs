@@ -244,6 +244,11 @@ pub struct Append {
     pub ipc: Vec<u8>,
     #[prost(uint32, tag = "4")]
     pub rows: u32,
+    /// `ipc`'s length with its compressed buffers counted uncompressed, as the proposer
+    /// encoded it (`sluice_storage::frame::logical_len`), so that applying does not parse
+    /// the bytes again; 0: not given (computed when applied).
+    #[prost(uint64, tag = "5")]
+    pub logical_len: u64,
 }
 
 /// Rows of a COPY FROM too large for one command, staged on every replica until its
@@ -362,6 +367,7 @@ mod tests {
                     stream_id: 7,
                     ipc: vec![1, 2, 3],
                     rows: 3,
+                    logical_len: 3,
                 })),
             }],
             snapshot: 3,

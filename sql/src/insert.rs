@@ -333,6 +333,9 @@ pub fn build_batch(
     max_row_bytes: usize,
 ) -> Result<RecordBatch> {
     let schema = stream.user_schema.clone();
+    if let [row] = rows.as_slice() {
+        return build_row(stream, targets, row, max_row_bytes);
+    }
     let n = rows.len();
     let mut per_col: Vec<Option<Vec<ScalarValue>>> = vec![None; schema.fields().len()];
     for &t in targets {
@@ -367,6 +370,31 @@ pub fn build_batch(
     }
     check_not_null(stream, &arrays)?;
     RecordBatch::try_new(schema, arrays).map_err(Error::from)
+}
+
+/// [`build_batch`] of one row (the usual INSERT): each value straight to its one-row array,
+/// the columns it leaves out shared from the stream (see [`Stream::missing_column`]).
+fn build_row(
+    stream: &Stream,
+    targets: &[usize],
+    row: &[ScalarValue],
+    max_row_bytes: usize,
+) -> Result<RecordBatch> {
+    let row_bytes: usize = row.iter().map(ScalarValue::size).sum();
+    if row_bytes > max_row_bytes {
+        return Err(row_too_big(row_bytes, max_row_bytes));
+    }
+    let width = stream.user_schema.fields().len();
+    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(width);
+    for i in 0..width {
+        let array = match targets.iter().position(|&t| t == i) {
+            Some(j) => row[j].to_array()?,
+            None => stream.missing_column(i, 1)?,
+        };
+        arrays.push(array);
+    }
+    check_not_null(stream, &arrays)?;
+    RecordBatch::try_new(stream.user_schema.clone(), arrays).map_err(Error::from)
 }
 
 pub(crate) fn row_too_big(size: usize, max: usize) -> Error {

@@ -53,12 +53,34 @@ pub fn encode_ipc_with(
     batch: &RecordBatch,
     compression: Option<CompressionType>,
 ) -> Result<Vec<u8>> {
-    let options = match compression {
-        Some(c) if batch_data_len(batch) >= COMPRESS_MIN_BYTES => {
-            IpcWriteOptions::default().try_with_compression(Some(c))?
-        }
-        _ => IpcWriteOptions::default(),
+    Ok(encode_batch(schema_message, batch, compression)?.ipc)
+}
+
+/// A batch encoded by [`encode_batch`], with the sizes its append needs.
+#[derive(Debug)]
+pub struct Encoded {
+    /// The IPC stream bytes, as [`encode_ipc_with`] makes them.
+    pub ipc: Vec<u8>,
+    /// `ipc`'s [`logical_len`](sluice_storage::frame::logical_len): its length with every
+    /// compressed buffer counted uncompressed — known here without parsing the bytes again.
+    pub logical_len: u64,
+    /// The batch's [`batch_data_len`], when a compression was asked for (it decides whether
+    /// to compress); `None` otherwise.
+    pub data_len: Option<usize>,
+}
+
+/// [`encode_ipc_with`], with the sizes an append carries (see [`Encoded`]).
+pub fn encode_batch(
+    schema_message: &[u8],
+    batch: &RecordBatch,
+    compression: Option<CompressionType>,
+) -> Result<Encoded> {
+    let data_len = compression.map(|_| batch_data_len(batch));
+    let compress = match (compression, data_len) {
+        (Some(c), Some(len)) if len >= COMPRESS_MIN_BYTES => Some(c),
+        _ => None,
     };
+    let options = IpcWriteOptions::default().try_with_compression(compress)?;
     let mut tracker = DictionaryTracker::new(false);
     let (dictionaries, encoded) = IpcDataGenerator::default().encode(
         batch,
@@ -73,7 +95,16 @@ pub fn encode_ipc_with(
     }
     write_message(&mut buf, encoded, &options)?;
     buf.extend_from_slice(&IPC_END_OF_STREAM);
-    Ok(buf)
+    // uncompressed bytes are their own logical length; compressed ones are measured
+    let logical_len = match compress {
+        Some(_) => sluice_storage::frame::logical_len(&buf),
+        None => buf.len() as u64,
+    };
+    Ok(Encoded {
+        ipc: buf,
+        logical_len,
+        data_len,
+    })
 }
 
 /// Bytes of `batch`'s Arrow buffers (their lengths, not their allocations): about its
@@ -166,8 +197,11 @@ mod tests {
                 plain.len()
             );
             assert_eq!(decode_ipc(&packed).unwrap(), b);
-            // the stored payload's uncompressed size is known without decompressing
+            // the stored payload's uncompressed size is known without decompressing, and
+            // the encoder's figure is the one storage would compute
             let logical = sluice_storage::frame::logical_len(&packed);
+            let encoded = encode_batch(&header, &b, Some(c)).unwrap();
+            assert_eq!((encoded.ipc, encoded.logical_len), (packed, logical));
             assert!(
                 logical.abs_diff(plain.len() as u64) <= 64,
                 "{c:?}: logical {logical} vs plain {}",

@@ -429,10 +429,7 @@ impl Session {
 
     /// The stop conditions of a statement starting now.
     fn interrupt(&self) -> Interrupt {
-        let timeout = self.with_setting(crate::interrupt::STATEMENT_TIMEOUT, |v| {
-            crate::interrupt::parse_timeout(v?).ok().flatten()
-        });
-        Interrupt::new(self.cancel_watch(), timeout)
+        Interrupt::new(self.cancel_watch(), self.derived().statement_timeout)
     }
 
     /// Propose `ops` (with a transaction's snapshot and reads) and wait for

@@ -347,24 +347,32 @@ impl StreamLog {
     /// at `ts_micros`. Assigns offsets `next_offset..next_offset + rows` and
     /// returns the first. No fsync; see [`StreamLog::sync`].
     pub fn append(&self, ipc: &[u8], rows: u32, ts_micros: i64) -> Result<u64> {
-        self.append_frame(ipc, rows, ts_micros, true)
+        self.append_frame(ipc, rows, ts_micros, None, true)
     }
 
     /// [`StreamLog::append`] without showing the frame to readers: frames appended this
     /// way become visible together at the next [`StreamLog::publish`] (or at the next
     /// plain append), so a batch of frames (a staged COPY's) is seen whole or not at all.
     pub fn append_unpublished(&self, ipc: &[u8], rows: u32, ts_micros: i64) -> Result<u64> {
-        self.append_frame(ipc, rows, ts_micros, false)
+        self.append_frame(ipc, rows, ts_micros, None, false)
     }
 
     /// [`StreamLog::append_unpublished`] that may keep a small frame's bytes in memory: they
     /// are written, with every frame staged after them, in one `pwrite` at the next
     /// [`StreamLog::publish`] (or any other write), which also publishes them. The offsets
     /// are assigned now. At most [`STAGE_BYTES`] wait; a frame beyond that, or one larger
-    /// than a small frame, is written at once (still unpublished).
-    pub fn append_staged(&self, ipc: &[u8], rows: u32, ts_micros: i64) -> Result<u64> {
+    /// than a small frame, is written at once (still unpublished). `logical_len` is
+    /// [`frame::logical_len`] of `ipc` when the caller knows it (its encoder does), so that
+    /// the bytes are not parsed again here; `None`: computed.
+    pub fn append_staged(
+        &self,
+        ipc: &[u8],
+        rows: u32,
+        ts_micros: i64,
+        logical_len: Option<u64>,
+    ) -> Result<u64> {
         if ipc.len() > segment::SMALL_FRAME {
-            return self.append_frame(ipc, rows, ts_micros, false);
+            return self.append_frame(ipc, rows, ts_micros, logical_len, false);
         }
         let mut w = self.writer.lock();
         w.check()?;
@@ -381,7 +389,7 @@ impl StreamLog {
         }
         w.staged.extend_from_slice(&header);
         w.staged.extend_from_slice(ipc);
-        self.index_frame(&mut w, ipc, &header, entry, false);
+        self.index_frame(&mut w, ipc, logical_len, &header, entry, false);
         Ok(entry.base_offset)
     }
 
@@ -445,13 +453,15 @@ impl StreamLog {
         &self,
         w: &mut Writer,
         ipc: &[u8],
+        logical_len: Option<u64>,
         header: &[u8; HEADER_LEN],
         entry: FrameEntry,
         publish: bool,
     ) {
         w.active_len += u64::from(entry.len);
         w.active_unsynced = true;
-        let logical = HEADER_LEN as u64 + frame::logical_len(ipc);
+        debug_assert!(logical_len.is_none_or(|l| l == frame::logical_len(ipc)));
+        let logical = HEADER_LEN as u64 + logical_len.unwrap_or_else(|| frame::logical_len(ipc));
         let parts = segment::parts_worth_keeping(header, ipc);
         let mut index = self.index.write();
         index.write_offset = entry.base_offset + u64::from(entry.rows);
@@ -462,7 +472,14 @@ impl StreamLog {
         index.active.push(logical, entry, parts);
     }
 
-    fn append_frame(&self, ipc: &[u8], rows: u32, ts_micros: i64, publish: bool) -> Result<u64> {
+    fn append_frame(
+        &self,
+        ipc: &[u8],
+        rows: u32,
+        ts_micros: i64,
+        logical_len: Option<u64>,
+        publish: bool,
+    ) -> Result<u64> {
         let mut w = self.writer.lock();
         w.check()?;
         self.write_staged(&mut w)?;
@@ -473,7 +490,7 @@ impl StreamLog {
         w.active
             .write_frame(entry.position, &header, ipc)
             .map_err(|e| w.poison(e))?;
-        self.index_frame(&mut w, ipc, &header, entry, publish);
+        self.index_frame(&mut w, ipc, logical_len, &header, entry, publish);
         Ok(entry.base_offset)
     }
 

@@ -836,7 +836,7 @@ fn stage_all(log: &StreamLog, rows: &[u32]) -> Vec<u64> {
         .map(|&n| {
             let base = log.write_offset();
             let got = log
-                .append_staged(&ipc(base, n), n, base as i64 * 1000)
+                .append_staged(&ipc(base, n), n, base as i64 * 1000, None)
                 .expect("append staged");
             assert_eq!(got, base);
             got
@@ -912,7 +912,7 @@ fn staging_is_bounded_and_large_frames_are_written_at_once() {
     // a frame larger than the staging limit for one frame goes straight to the file
     let large = ipc(0, 2_000);
     assert!(large.len() > 16 << 10);
-    log.append_staged(&large, 2_000, 0).expect("stage");
+    log.append_staged(&large, 2_000, 0, None).expect("stage");
     assert_eq!(file_len(&path), (HEADER_LEN + large.len()) as u64);
     assert_eq!(log.next_offset(), 0, "written, not yet published");
     // small frames past the staging limit are written before more are staged
@@ -942,12 +942,12 @@ fn a_failed_flush_poisons_the_log() {
     // rollover cannot create its file, and the log refuses everything after
     log.publish().expect("publish to the open file");
     let err = log
-        .append_staged(&ipc(2, 1), 1, 0)
+        .append_staged(&ipc(2, 1), 1, 0, None)
         .expect_err("rollover fails");
     assert!(matches!(err, Error::Io { .. }), "{err}");
     assert!(matches!(log.publish(), Err(Error::Poisoned(_))));
     assert!(matches!(
-        log.append_staged(&ipc(2, 1), 1, 0),
+        log.append_staged(&ipc(2, 1), 1, 0, None),
         Err(Error::Poisoned(_))
     ));
     assert!(matches!(log.sync(), Err(Error::Poisoned(_))));

@@ -196,14 +196,15 @@ impl Session {
                 "written (it has a dedup_key)",
             ));
         }
-        let (ipc, size) = encode_append(stream, batch, self.engine.limits.max_statement_bytes)?;
+        let (encoded, size) = encode_append(stream, batch, self.engine.limits.max_statement_bytes)?;
         let max = self.engine.limits.max_statement_bytes;
         let op = Op {
             kind: Some(op::Kind::Append(Append {
                 stream: stream.name().to_string(),
                 stream_id: stream.def.id,
                 rows: batch.num_rows() as u32,
-                ipc,
+                ipc: encoded.ipc,
+                logical_len: encoded.logical_len,
             })),
         };
         if let Txn::Block(Block { ops, bytes, .. }) = &mut self.txn {
@@ -246,20 +247,17 @@ pub(super) fn encode_append(
     stream: &Stream,
     batch: &RecordBatch,
     max: usize,
-) -> Result<(Vec<u8>, usize)> {
+) -> Result<(crate::ipc::Encoded, usize)> {
     let compression = stream.def.options.compression.arrow();
     let schema = batch.schema();
     // a batch built for the stream shares its schema: no field-by-field comparison
-    let ipc = if Arc::ptr_eq(&schema, &stream.user_schema) || *schema == *stream.user_schema {
-        crate::ipc::encode_ipc_with(stream.ipc_schema()?, batch, compression)?
+    let encoded = if Arc::ptr_eq(&schema, &stream.user_schema) || *schema == *stream.user_schema {
+        crate::ipc::encode_batch(stream.ipc_schema()?, batch, compression)?
     } else {
         let schema = crate::ipc::ipc_schema_message(&schema)?;
-        crate::ipc::encode_ipc_with(&schema, batch, compression)?
+        crate::ipc::encode_batch(&schema, batch, compression)?
     };
-    let size = match compression {
-        Some(_) => ipc.len().max(crate::ipc::batch_data_len(batch)),
-        None => ipc.len(),
-    };
+    let size = encoded.ipc.len().max(encoded.data_len.unwrap_or(0));
     if size > max {
         return Err(Error::new(
             sqlstate::PROGRAM_LIMIT_EXCEEDED,
@@ -268,7 +266,7 @@ pub(super) fn encode_append(
             ),
         ));
     }
-    Ok((ipc, size))
+    Ok((encoded, size))
 }
 
 impl Session {
@@ -371,6 +369,9 @@ pub(super) fn insert_target(ins: &sqlparser::ast::Insert) -> Result<String> {
 
 /// Indices (into the user columns) the INSERT's column list names, in order.
 pub(super) fn insert_targets(stream: &Stream, ins: &sqlparser::ast::Insert) -> Result<Vec<usize>> {
+    if let Some(n) = implicit_width(ins, stream.def.columns.len())? {
+        return Ok((0..n).collect());
+    }
     let names: Vec<String> = ins
         .columns
         .iter()
@@ -381,9 +382,6 @@ pub(super) fn insert_targets(stream: &Stream, ins: &sqlparser::ast::Insert) -> R
                 .unwrap_or_default()
         })
         .collect();
-    if let Some(n) = implicit_width(ins, stream.def.columns.len())? {
-        return Ok((0..n).collect());
-    }
     target_columns(stream, &names)
 }
 

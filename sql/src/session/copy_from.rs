@@ -503,7 +503,7 @@ impl StagedRows {
         let mut committed = false;
         for (i, piece) in pieces.into_iter().enumerate() {
             let (s, rows) = (stream.clone(), piece.num_rows() as u32);
-            let (ipc, _) =
+            let (encoded, _) =
                 tokio::task::spawn_blocking(move || super::append::encode_append(&s, &piece, max))
                     .await
                     .map_err(|e| Error::internal(format!("encoding a COPY chunk failed: {e}")))??;
@@ -520,8 +520,9 @@ impl StagedRows {
                     kind: Some(op::Kind::Append(Append {
                         stream: stream.name().to_string(),
                         stream_id: stream.def.id,
-                        ipc,
+                        ipc: encoded.ipc,
                         rows,
+                        logical_len: encoded.logical_len,
                     })),
                 });
                 engine.propose(ops).await?;
@@ -532,7 +533,7 @@ impl StagedRows {
                     copy_id: copy_id.unwrap_or(0),
                     stream: stream.name().to_string(),
                     stream_id: stream.def.id,
-                    ipc,
+                    ipc: encoded.ipc,
                     rows,
                     idle_timeout_ms,
                 })),
@@ -764,11 +765,9 @@ mod tests {
         ("float8", &["1.5", "NaN", "-Infinity", "1e400", "f"]),
     ];
 
-    /// Typed straight into columns (`parse_batch`), random CSV rows give the batch or the
-    /// error that typing every field into a `ScalarValue` and `build_batch` give.
-    #[test]
-    fn columns_typed_from_text_match_values_typed_one_by_one() {
-        let dir = tempfile::tempdir().expect("a directory");
+    /// A stream with a column of every pooled type, a NOT NULL `must` and a `later` with a
+    /// default (left out of the targets), and a CSV COPY into all the others.
+    fn pooled_stream(dir: &std::path::Path) -> (Arc<Stream>, Vec<usize>, PendingCopy) {
         let mut columns: Vec<ColumnDef> = POOLS
             .iter()
             .enumerate()
@@ -784,7 +783,7 @@ mod tests {
             options: StreamOptions::default(),
         };
         let log = StreamLog::create(
-            dir.path(),
+            dir,
             StreamLogOptions {
                 segment_bytes: 1 << 20,
             },
@@ -804,6 +803,15 @@ mod tests {
             },
             staged: true,
         };
+        (stream, targets, copy)
+    }
+
+    /// Typed straight into columns (`parse_batch`), random CSV rows give the batch or the
+    /// error that typing every field into a `ScalarValue` and `build_batch` give.
+    #[test]
+    fn columns_typed_from_text_match_values_typed_one_by_one() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let (stream, targets, copy) = pooled_stream(dir.path());
         let mut rng = rand::rngs::StdRng::seed_from_u64(25);
         let (mut same_batches, mut same_errors) = (0, 0);
         for case in 0..3_000 {
@@ -867,5 +875,58 @@ mod tests {
             same_batches > 500 && same_errors > 500,
             "{same_batches} / {same_errors}"
         );
+    }
+
+    /// A one-row INSERT's batch (each value straight to its array, the left-out columns
+    /// shared from the stream) is the one the many-row path builds for that row: same
+    /// arrays, same errors (NOT NULL, row size).
+    #[test]
+    fn one_row_batches_match_the_many_row_path() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let (stream, targets, copy) = pooled_stream(dir.path());
+        let mut rng = rand::rngs::StdRng::seed_from_u64(26);
+        let (mut same_batches, mut same_errors) = (0, 0);
+        for case in 0..1_000 {
+            let fields: Vec<String> = (0..targets.len())
+                .map(|i| {
+                    let pool = POOLS.get(i).map_or(&["m", "n"][..], |p| p.1);
+                    // valid values mostly (the first of each pool), so that rows get through
+                    let v = match rng.gen_range(0..30) {
+                        0 => return String::new(),
+                        k if k < 28 => pool[0],
+                        _ => pool[rng.gen_range(0..pool.len())],
+                    };
+                    format!("\"{}\"", v.replace('"', "\"\""))
+                })
+                .collect();
+            let data = format!("{}\n", fields.join(","));
+            let Ok((rows, _)) = parse_values(&copy, data.as_bytes(), 1, 0, usize::MAX) else {
+                continue;
+            };
+            let max_row_bytes = if case % 10 == 0 { 40 } else { 1 << 20 };
+            let one = insert::build_batch(&stream, &targets, rows.clone(), max_row_bytes);
+            let twice = [rows.clone(), rows].concat();
+            let many = insert::build_batch(&stream, &targets, twice, max_row_bytes);
+            match (one, many) {
+                (Ok(one), Ok(many)) => {
+                    assert_eq!(one, many.slice(0, 1), "{data:?}");
+                    same_batches += 1;
+                }
+                (Err(o), Err(m)) => {
+                    assert_eq!((&o.code, &o.message), (&m.code, &m.message), "{data:?}");
+                    same_errors += 1;
+                }
+                (o, m) => panic!("{data:?}: one row {o:?}, many rows {m:?}"),
+            }
+        }
+        assert!(
+            same_batches > 300 && same_errors > 50,
+            "{same_batches} / {same_errors}"
+        );
+        // a second row leaving out the same column shares its one-row array
+        let a = stream.missing_column(targets.len(), 1).expect("a default");
+        let b = stream.missing_column(targets.len(), 1).expect("a default");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.len(), 1);
     }
 }

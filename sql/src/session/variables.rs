@@ -35,6 +35,8 @@ pub(super) struct Derived {
     /// What `transaction_read_only` shows (`None`: not set).
     reported_read_only: Option<bool>,
     log_min_duration: Option<std::time::Duration>,
+    /// `statement_timeout` (`None`: no limit).
+    pub(super) statement_timeout: Option<std::time::Duration>,
 }
 
 impl Derived {
@@ -54,6 +56,9 @@ impl Derived {
             log_min_duration: settings
                 .get(LOG_MIN_DURATION)
                 .and_then(|v| parse_log_min_duration(v).ok().flatten()),
+            statement_timeout: settings
+                .get(crate::interrupt::STATEMENT_TIMEOUT)
+                .and_then(|v| crate::interrupt::parse_timeout(v).ok().flatten()),
         }
     }
 }
