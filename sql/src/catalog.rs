@@ -182,8 +182,7 @@ impl Stream {
     }
 }
 
-/// The user columns' defaults of `def`; one that does not read (it was checked when the
-/// column was added) is NULL.
+/// An empty cell per user column of `def`, for its one-row missing column.
 fn missing_rows(def: &StreamDef) -> Vec<std::sync::OnceLock<ArrayRef>> {
     def.columns
         .iter()
@@ -191,6 +190,8 @@ fn missing_rows(def: &StreamDef) -> Vec<std::sync::OnceLock<ArrayRef>> {
         .collect()
 }
 
+/// The user columns' defaults of `def`; one that does not read (it was checked when the
+/// column was added) is NULL.
 fn column_defaults(def: &StreamDef) -> Vec<Option<ScalarValue>> {
     def.columns
         .iter()
