@@ -102,7 +102,8 @@ fn segment(c: &mut Criterion) {
     g.finish();
 }
 
-fn command(ops: Vec<Op>, ts_micros: i64) -> Vec<u8> {
+/// A command as the node thread hands it over: a Raft entry's shared bytes.
+fn command(ops: Vec<Op>, ts_micros: i64) -> bytes::Bytes {
     Command {
         ts_micros,
         ops,
@@ -110,6 +111,7 @@ fn command(ops: Vec<Op>, ts_micros: i64) -> Vec<u8> {
         reads: vec![],
     }
     .encode_bytes()
+    .into()
 }
 
 fn apply(c: &mut Criterion) {
@@ -159,7 +161,7 @@ fn apply(c: &mut Criterion) {
         kind: Some(op::Kind::Append(Append {
             stream: "s".into(),
             stream_id,
-            ipc: encode_ipc(&user_batch()).expect("encode"),
+            ipc: encode_ipc(&user_batch()).expect("encode").into(),
             rows: ROWS as u32,
             logical_len: 0,
         })),

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::RwLock;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -42,8 +43,10 @@ pub trait StateMachine: Send + 'static {
     type Response: Send + 'static;
     /// Apply one committed command (never called for empty/no-op entries). A deterministic
     /// failure is part of `Response`; `Err(msg)` means a non-deterministic failure (disk): the
-    /// node stops (poisons) rather than diverge.
-    fn apply(&mut self, index: u64, command: &[u8]) -> std::result::Result<Self::Response, String>;
+    /// node stops (poisons) rather than diverge. `command` is the Raft entry's own buffer
+    /// (shared, reference-counted): what the state machine keeps of it needs no copy.
+    fn apply(&mut self, index: u64, command: &Bytes)
+        -> std::result::Result<Self::Response, String>;
     /// A committed entry at `index` that carries no command (Raft's own empty entry or a
     /// membership change): nothing changes, but the applied index moves, so the next
     /// checkpoint covers it and the log can be compacted past it.

@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use prost::Message as _;
 use serde::{Deserialize, Serialize};
 use sluice_consensus::StateMachine;
@@ -1136,8 +1137,8 @@ impl Database {
                 rows,
                 ..
             }) => (ipc.as_slice(), *rows, None),
-            Some(p) => (a.ipc.as_slice(), p.rows, given),
-            None => (a.ipc.as_slice(), a.rows, given),
+            Some(p) => (&a.ipc[..], p.rows, given),
+            None => (&a.ipc[..], a.rows, given),
         };
         let base = if rows == 0 {
             stream.log.write_offset()
@@ -1384,9 +1385,10 @@ fn stream_options(def: &StreamDef, default_segment_bytes: u64) -> StreamLogOptio
 impl StateMachine for Database {
     type Response = CommandResult;
 
-    fn apply(&mut self, index: u64, command: &[u8]) -> Result<CommandResult, String> {
+    fn apply(&mut self, index: u64, command: &Bytes) -> Result<CommandResult, String> {
         self.applied = index;
-        match Command::decode_bytes(command) {
+        // payloads stay slices of the entry: a row's bytes are copied once, into the segment
+        match Command::decode_shared(command.clone()) {
             Ok(cmd) => self.apply_command(index, cmd),
             Err(e) => Ok(Err(e)),
         }
@@ -1451,7 +1453,7 @@ mod tests {
             snapshot,
             reads,
         };
-        let result = db.apply(index, &cmd.encode_bytes()).unwrap();
+        let result = db.apply(index, &cmd.encode_bytes().into()).unwrap();
         db.applied().unwrap();
         result
     }
@@ -1619,7 +1621,7 @@ mod tests {
             kind: Some(op::Kind::Append(crate::command::Append {
                 stream: stream.into(),
                 stream_id: s.def.id,
-                ipc: crate::ipc::encode_ipc(&batch).unwrap(),
+                ipc: crate::ipc::encode_ipc(&batch).unwrap().into(),
                 rows: 1,
                 logical_len: 0,
             })),
@@ -1639,7 +1641,7 @@ mod tests {
             snapshot: 0,
             reads: vec![],
         };
-        code(db.apply(index, &cmd.encode_bytes()).unwrap())
+        code(db.apply(index, &cmd.encode_bytes().into()).unwrap())
     }
 
     /// A Raft batch's appends wait in memory and reach the segment file in one write when

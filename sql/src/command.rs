@@ -7,6 +7,7 @@
 //! exactly as they will be stored, so applying never re-encodes them.
 //! Commands are prost messages (no .proto build step: the schema is here).
 
+use bytes::Bytes;
 use prost::Message;
 
 use crate::error::{Error, Result};
@@ -239,9 +240,10 @@ pub struct Append {
     /// maybe re-created) meanwhile: the append fails.
     #[prost(uint64, tag = "2")]
     pub stream_id: u64,
-    /// Arrow IPC stream bytes holding one record batch of user columns.
-    #[prost(bytes = "vec", tag = "3")]
-    pub ipc: Vec<u8>,
+    /// Arrow IPC stream bytes holding one record batch of user columns (decoded from a
+    /// Raft entry by [`Command::decode_shared`]: a slice of the entry, not a copy).
+    #[prost(bytes = "bytes", tag = "3")]
+    pub ipc: Bytes,
     #[prost(uint32, tag = "4")]
     pub rows: u32,
     /// `ipc`'s length with its compressed buffers counted uncompressed, as the proposer
@@ -263,9 +265,9 @@ pub struct CopyChunk {
     /// Id of the stream the rows were planned against (see [`Append::stream_id`]).
     #[prost(uint64, tag = "3")]
     pub stream_id: u64,
-    /// Arrow IPC stream bytes holding one record batch of user columns.
-    #[prost(bytes = "vec", tag = "4")]
-    pub ipc: Vec<u8>,
+    /// Arrow IPC stream bytes holding one record batch of user columns (as [`Append::ipc`]).
+    #[prost(bytes = "bytes", tag = "4")]
+    pub ipc: Bytes,
     #[prost(uint32, tag = "5")]
     pub rows: u32,
     /// The copy is dropped when a command is applied this long after its last chunk (by
@@ -309,6 +311,12 @@ impl Command {
     }
 
     pub fn decode_bytes(bytes: &[u8]) -> Result<Command> {
+        Command::decode(bytes).map_err(|e| Error::internal(format!("undecodable command: {e}")))
+    }
+
+    /// Decodes a command held in shared bytes (a Raft entry's data): its payloads
+    /// ([`Append::ipc`], [`CopyChunk::ipc`]) are slices of `bytes`, not copies.
+    pub fn decode_shared(bytes: Bytes) -> Result<Command> {
         Command::decode(bytes).map_err(|e| Error::internal(format!("undecodable command: {e}")))
     }
 }
@@ -365,7 +373,7 @@ mod tests {
                 kind: Some(op::Kind::Append(Append {
                     stream: "s".into(),
                     stream_id: 7,
-                    ipc: vec![1, 2, 3],
+                    ipc: Bytes::from_static(&[1, 2, 3]),
                     rows: 3,
                     logical_len: 3,
                 })),
@@ -378,5 +386,16 @@ mod tests {
         };
         assert_eq!(Command::decode_bytes(&c.encode_bytes()).unwrap(), c);
         assert!(Command::decode_bytes(&[0xff, 0xff, 0xff]).is_err());
+
+        // from shared bytes, the payload is a slice of them, not a copy
+        let entry = Bytes::from(c.encode_bytes());
+        let shared = Command::decode_shared(entry.clone()).unwrap();
+        assert_eq!(shared, c);
+        let Some(op::Kind::Append(a)) = &shared.ops[0].kind else {
+            panic!("not an append: {shared:?}");
+        };
+        let within = entry.as_ptr_range();
+        assert!(within.contains(&a.ipc.as_ptr()), "the payload was copied");
+        assert!(Command::decode_shared(Bytes::from_static(&[0xff, 0xff, 0xff])).is_err());
     }
 }

@@ -3,6 +3,10 @@
 //! committed rows per fsync (one fsync per append would be 1; a loaded 2-core
 //! machine once gave 19.2 against an earlier bar of 20; 24-29 on a quiet one).
 //! Counted with `sluice_stats`, never timed.
+//!
+//! And the commit path's memory: the server runs with transparent huge pages off (the first
+//! touch of a fresh 2 MiB page stalled the Raft thread for milliseconds, see
+//! `without_transparent_huge_pages` in server/src/main.rs), read from `/proc/<pid>/status`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -102,4 +106,24 @@ async fn concurrent_inserts_share_fsyncs() {
             "rows of connection {conn}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_server_runs_without_transparent_huge_pages() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    exec(&client, "CREATE STREAM thp (n integer)").await;
+    exec(&client, "INSERT INTO thp VALUES (1)").await;
+    let pid = server.pid().expect("the server runs");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
+    // Linux 5.0 and later report the PR_SET_THP_DISABLE flag here
+    let Some(line) = status.lines().find(|l| l.starts_with("THP_enabled:")) else {
+        println!("skipped: this kernel's /proc/<pid>/status has no THP_enabled line");
+        return;
+    };
+    assert_eq!(
+        line.split_whitespace().nth(1),
+        Some("0"),
+        "transparent huge pages are on for the server: {line}"
+    );
 }

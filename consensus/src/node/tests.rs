@@ -75,9 +75,13 @@ impl Recorder {
 impl StateMachine for Recorder {
     type Response = (u64, Vec<u8>);
 
-    fn apply(&mut self, index: u64, command: &[u8]) -> std::result::Result<Self::Response, String> {
+    fn apply(
+        &mut self,
+        index: u64,
+        command: &Bytes,
+    ) -> std::result::Result<Self::Response, String> {
         self.apply_calls.fetch_add(1, Ordering::SeqCst);
-        if command == b"boom" {
+        if command[..] == b"boom"[..] {
             return Err("simulated disk failure".into());
         }
         let mut memory = self.memory.lock().unwrap();

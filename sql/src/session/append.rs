@@ -203,7 +203,7 @@ impl Session {
                 stream: stream.name().to_string(),
                 stream_id: stream.def.id,
                 rows: batch.num_rows() as u32,
-                ipc: encoded.ipc,
+                ipc: encoded.ipc.into(),
                 logical_len: encoded.logical_len,
             })),
         };

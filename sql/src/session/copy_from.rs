@@ -520,7 +520,7 @@ impl StagedRows {
                     kind: Some(op::Kind::Append(Append {
                         stream: stream.name().to_string(),
                         stream_id: stream.def.id,
-                        ipc: encoded.ipc,
+                        ipc: encoded.ipc.into(),
                         rows,
                         logical_len: encoded.logical_len,
                     })),
@@ -533,7 +533,7 @@ impl StagedRows {
                     copy_id: copy_id.unwrap_or(0),
                     stream: stream.name().to_string(),
                     stream_id: stream.def.id,
-                    ipc: encoded.ipc,
+                    ipc: encoded.ipc.into(),
                     rows,
                     idle_timeout_ms,
                 })),
