@@ -104,16 +104,14 @@ impl Stream {
 
     /// `n` rows of user column `i` for rows that did not give it: its default, or NULL.
     pub fn missing_column(&self, i: usize, n: usize) -> Result<ArrayRef> {
-        if n == 1 {
-            if let Some(cell) = self.missing_row.get(i) {
-                if let Some(a) = cell.get() {
-                    return Ok(a.clone());
-                }
-                let a = self.make_missing_column(i, 1)?;
-                return Ok(cell.get_or_init(|| a).clone());
-            }
+        let Some(cell) = self.missing_row.get(i).filter(|_| n == 1) else {
+            return self.make_missing_column(i, n);
+        };
+        if let Some(a) = cell.get() {
+            return Ok(a.clone());
         }
-        self.make_missing_column(i, n)
+        let a = self.make_missing_column(i, 1)?;
+        Ok(cell.get_or_init(|| a).clone())
     }
 
     fn make_missing_column(&self, i: usize, n: usize) -> Result<ArrayRef> {

@@ -310,10 +310,6 @@ impl Command {
         self.encode_to_vec()
     }
 
-    pub fn decode_bytes(bytes: &[u8]) -> Result<Command> {
-        Command::decode(bytes).map_err(|e| Error::internal(format!("undecodable command: {e}")))
-    }
-
     /// Decodes a command held in shared bytes (a Raft entry's data): its payloads
     /// ([`Append::ipc`], [`CopyChunk::ipc`]) are slices of `bytes`, not copies.
     pub fn decode_shared(bytes: Bytes) -> Result<Command> {
@@ -384,10 +380,7 @@ mod tests {
                 key: Some(vec![1]),
             }],
         };
-        assert_eq!(Command::decode_bytes(&c.encode_bytes()).unwrap(), c);
-        assert!(Command::decode_bytes(&[0xff, 0xff, 0xff]).is_err());
-
-        // from shared bytes, the payload is a slice of them, not a copy
+        // the payload comes back as a slice of the entry's bytes, not a copy
         let entry = Bytes::from(c.encode_bytes());
         let shared = Command::decode_shared(entry.clone()).unwrap();
         assert_eq!(shared, c);

@@ -332,10 +332,10 @@ pub fn build_batch(
     rows: Vec<Vec<ScalarValue>>,
     max_row_bytes: usize,
 ) -> Result<RecordBatch> {
-    let schema = stream.user_schema.clone();
     if let [row] = rows.as_slice() {
         return build_row(stream, targets, row, max_row_bytes);
     }
+    let schema = stream.user_schema.clone();
     let n = rows.len();
     let mut per_col: Vec<Option<Vec<ScalarValue>>> = vec![None; schema.fields().len()];
     for &t in targets {
