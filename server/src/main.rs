@@ -248,9 +248,8 @@ fn runtime(
 /// latency-bound servers such as Redis and MongoDB advise: mimalloc asks for huge pages for
 /// its arenas, and the first touch of each fresh 2 MiB page is a page fault that zeroes all
 /// of it — on a VM, milliseconds during which the thread that touched it (often the Raft
-/// thread between its log write and its fsync) does nothing else. Measured at 3,000 appends/s
-/// with 8 connections on a 2-core VM: ~18 such faults in 10 s, p99 1.8–2.2 ms with them,
-/// 1.35–1.6 ms without (see docs/architecture.md). Logs once if the kernel refuses.
+/// thread between its log write and its fsync) does nothing else (measurements in
+/// docs/architecture.md, server/). Logs once if the kernel refuses.
 fn without_transparent_huge_pages() {
     if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
         tracing::warn!(

@@ -115,15 +115,13 @@ async fn the_server_runs_without_transparent_huge_pages() {
     exec(&client, "CREATE STREAM thp (n integer)").await;
     exec(&client, "INSERT INTO thp VALUES (1)").await;
     let pid = server.pid().expect("the server runs");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
     // Linux 5.0 and later report the PR_SET_THP_DISABLE flag here
-    let Some(line) = status.lines().find(|l| l.starts_with("THP_enabled:")) else {
+    let Some(thp) = sluice_tests::hostile::monitor::status_field(pid, "THP_enabled:") else {
         println!("skipped: this kernel's /proc/<pid>/status has no THP_enabled line");
         return;
     };
     assert_eq!(
-        line.split_whitespace().nth(1),
-        Some("0"),
-        "transparent huge pages are on for the server: {line}"
+        thp, "0",
+        "transparent huge pages are on for the server: THP_enabled {thp}"
     );
 }

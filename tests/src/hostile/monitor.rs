@@ -18,12 +18,17 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Linux's clock tick (`/proc/<pid>/stat` counts CPU time in them).
 const TICK: Duration = Duration::from_millis(10);
 
-/// A `kB` field of `/proc/<pid>/status`, in bytes.
-fn status_bytes(pid: u32, field: &str) -> Option<u64> {
+/// The value of a field of `/proc/<pid>/status` (`field` with its colon, e.g. `"VmRSS:"`),
+/// trimmed; `None` if the process or the field (older kernels lack some) is not there.
+pub fn status_field(pid: u32, field: &str) -> Option<String> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with(field))?;
-    let kb: u64 = line[field.len()..]
-        .trim()
+    Some(line[field.len()..].trim().to_string())
+}
+
+/// A `kB` field of `/proc/<pid>/status`, in bytes.
+fn status_bytes(pid: u32, field: &str) -> Option<u64> {
+    let kb: u64 = status_field(pid, field)?
         .trim_end_matches("kB")
         .trim()
         .parse()
