@@ -1011,6 +1011,28 @@ def median_latency(recs: list[Record]) -> Record | None:
             "max_us": max(maxes) if maxes else None}
 
 
+def server_side(recs: list[Record], key: str) -> dict[str, float] | None:
+    """What Sluice saw during its latency runs (`server` in a record: bucket upper bounds
+    in µs, None for the +Inf bucket, as infinity here): the median of each quantile over the
+    runs, and the largest max; None when no run has it."""
+    per = []
+    for r in recs:
+        pairs = (r.get("server") or {}).get(key) or []
+        d = {str(k): (math.inf if v is None else float(v)) for k, v in pairs if num(v) is not None or v is None}
+        if d:
+            per.append(d)
+    if not per:
+        return None
+    keys = [k for k in per[0] if all(k in d for d in per)]
+    return {k: (max if k == "max" else statistics.median)(d[k] for d in per) for k in keys}
+
+
+def bounds_text(b: dict[str, float]) -> str:
+    def one(us: float | None) -> str:
+        return DASH if us is None else "> last bucket" if math.isinf(us) else f"≤ {us / 1000:.2f}"
+    return f"{one(b.get('p99'))} / {one(b.get('p99.99'))} / {one(b.get('max'))} ms"
+
+
 def rows_latency(run: Run) -> list[Row]:
     s = median_latency(run.all("latency", label="sluice", size=1024))
     p = median_latency(run.all("latency", label="postgres", size=1024))
@@ -1037,6 +1059,34 @@ def rows_latency(run: Run) -> list[Row]:
     if f:
         rows.append(Row(f"the disk's floor{rate}: an ideal group-commit log (pwrite + fdatasync of "
                         "every request due, no server), p99 / p99.99", text(f), DASH, "", DASH, DASH))
+    fsync = server_side(run.all("latency", label="sluice", size=1024), "fsync_le_us")
+    if fsync:
+        rows.append(Row("during those Sluice runs, its own Raft-log fdatasync (histogram bucket "
+                        "bounds, median of runs; max of runs): p99 / p99.99 / max",
+                        bounds_text(fsync), DASH, "", DASH, DASH))
+    commit = server_side(run.all("latency", label="sluice", size=1024), "commit_le_us")
+    if commit:
+        rows.append(Row("… and its commit, sent to the Raft node → answered (queue, log write, "
+                        "fdatasync, apply): p99 / p99.99 / max", bounds_text(commit), DASH, "", DASH, DASH))
+    request = server_side(run.all("latency", label="sluice", size=1024), "request_le_us")
+    if request:
+        rows.append(Row("… and its time for each request, first message read → ReadyForQuery written "
+                        "(the commit plus the connection's work): p99 / p99.99 / max",
+                        bounds_text(request), DASH, "", DASH, DASH))
+    if fsync and request and s and p:
+        # the issue's alternative to p99.99 ≤ 10 ms: the disk's own tail is the floor — the
+        # server's slowest requests are no slower than waiting out the fsync under way and
+        # then its own (twice the fsync p99.99) — and PostgreSQL's tail is as long
+        f, r = fsync.get("p99.99"), request.get("p99.99")
+        sp, pp = percentiles(s).get("p99.99"), percentiles(p).get("p99.99")
+        floor_ok = None
+        if None not in (f, r, sp, pp):
+            floor_ok = not math.isinf(f) and r <= 2 * f and pp >= 0.9 * sp
+        rows.append(Row("the tail's floor (the alternative to p99.99 ≤ 10 ms): Sluice's request "
+                        "p99.99 ≤ twice its fdatasync p99.99, and PostgreSQL's append p99.99 ≥ 90% "
+                        "of Sluice's",
+                        f"request ≤ {fmt_ms(r)} vs fdatasync ≤ {fmt_ms(f)} ms; append {fmt_ms(sp)} ms",
+                        f"append {fmt_ms(pp)} ms", "", "both", met(floor_ok)))
     rows.append(Row("tail latency, commit → received by 1 COPY tail: p99",
                     or_missing(t, lambda x: f"{fmt_ms(t99)} ms"), DASH, "", "p99 ≤ 2 ms",
                     met(None if t99 is None else t99 <= 2000)))

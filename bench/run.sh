@@ -100,6 +100,8 @@ start_sluice() {
   for _ in $(seq 1 100); do
     if grep -q "listening on" "$sluice_dir.out" 2>/dev/null; then
       port=$(grep -o "listening on .*" "$sluice_dir.out" | sed 's/.*://')
+      # with --metrics-listen: the endpoint's address (printed before the port)
+      metrics=$(grep -o "metrics on .*" "$sluice_dir.out" | sed 's/metrics on //' || true)
       return
     fi
     sleep 0.1
@@ -153,7 +155,7 @@ start_sluice --test-fsync-delay-ms 2
 stop_sluice
 
 echo "== single-row INSERT sweep, append latency, tails" >&2
-start_sluice
+start_sluice --metrics-listen 127.0.0.1:0
 both sweep --size 1024 --connections "$sweep" --seconds "$secs"
 # one connection waits for its own fdatasync per row, so it follows the disk's
 # fsync time, which drifts within minutes here: the two systems take turns and
@@ -168,10 +170,17 @@ for _ in $(seq 1 "$one_runs"); do
 done
 # append latency at a fixed rate: the disk's own floor (the ideal
 # group-commit log on the same disk, no server), Sluice and PostgreSQL take
-# turns, three rounds; report.py takes the median of each percentile
+# turns, three rounds; report.py takes the median of each percentile. Sluice's
+# runs also record its own log fsync and commit times meanwhile (its metrics
+# endpoint): the disk's tail during the run, beside the appends' tail
 for _ in 1 2 3; do
   "$bench" floor --dir "$work/disk" --size 1024 --rate 3000 --seconds "$lat_secs" | record
-  both latency --size 1024 --connections 8 --rate 3000 --seconds "$lat_secs"
+  "$bench" latency --url "host=127.0.0.1 port=$port user=sluice" --target sluice --label sluice \
+    --metrics "$metrics" --size 1024 --connections 8 --rate 3000 --seconds "$lat_secs" | record
+  if [ -n "$pg" ]; then
+    "$bench" latency --url "$pg" --target postgres --label postgres \
+      --size 1024 --connections 8 --rate 3000 --seconds "$lat_secs" | record
+  fi
 done
 for tails in 1 4 16; do
   "$bench" tail-latency --url "host=127.0.0.1 port=$port user=sluice" --rate 3000 --seconds "$lat_secs" --tails $tails | record

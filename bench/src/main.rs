@@ -7,8 +7,9 @@
 //! - `latency`: open-loop, fixed-rate INSERTs; each latency is measured from
 //!   the time the request was *scheduled*, so stalls count against every
 //!   request queued behind them (coordinated omission corrected), recorded
-//!   in an HDR histogram and reported to 99.9999 and max.
-//!
+//!   in an HDR histogram and reported to 99.9999 and max; with `--metrics`,
+//!   beside what Sluice saw meanwhile (its fsync and commit times, see
+//!   [`server_side`]);
 //! - `tail-latency`, `stalled-tail`: see [`tail`];
 //! - `ingest`, `load`, `scan`, `aggregate`: see [`bulk`];
 //! - `compression`: one stream per `compression` setting, its size and its
@@ -19,6 +20,7 @@
 //! Results go to stdout as `JSON {...}` lines, one object per measured
 //! point, each with a `workload` field; progress goes to stderr.
 //! `bench/report.py` turns a run's lines into tables, plots and the README.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,6 +35,7 @@ mod bulk;
 mod compression;
 mod disk;
 mod rawcopy;
+mod server_side;
 mod tail;
 
 /// Errors travel as their message: every failure ends the run with it.
@@ -98,6 +101,10 @@ enum Mode {
         /// Requests per second, all connections together
         #[arg(long, default_value_t = 3000.0)]
         rate: f64,
+        /// Sluice's metrics endpoint (host:port of `--metrics-listen`): also report the
+        /// server's own fsync and commit times during the run
+        #[arg(long)]
+        metrics: Option<String>,
         #[arg(long, default_value_t = 10.0)]
         seconds: f64,
     },
@@ -240,6 +247,8 @@ struct LatencyRun {
     errors: u64,
     percentiles_us: Vec<(String, u64)>,
     max_us: u64,
+    /// With `--metrics`: what the server saw during the run.
+    server: Option<server_side::ServerSide>,
 }
 
 pub(crate) async fn connect(url: &str) -> Result<Client, String> {
@@ -407,6 +416,7 @@ async fn latency(
     connections: usize,
     rate: f64,
     seconds: f64,
+    metrics: Option<String>,
 ) -> Result<LatencyRun, String> {
     setup(&common).await?;
     let total = (rate * seconds) as u64;
@@ -441,6 +451,10 @@ async fn latency(
             Ok::<_, String>((hist, errors))
         }));
     }
+    let before = match &metrics {
+        Some(addr) => Some(server_side::scrape(addr).await?),
+        None => None,
+    };
     pace(release, rate, total);
     let mut hist = histogram()?;
     let mut errors = 0;
@@ -449,6 +463,13 @@ async fn latency(
         hist.add(&h).map_err(err)?;
         errors += e;
     }
+    let server = match (&metrics, &before) {
+        (Some(addr), Some(before)) => Some(server_side::between(
+            before,
+            &server_side::scrape(addr).await?,
+        )?),
+        _ => None,
+    };
     Ok(LatencyRun {
         workload: "latency",
         label: common.label.clone(),
@@ -461,6 +482,7 @@ async fn latency(
         errors,
         percentiles_us: percentiles(&hist),
         max_us: hist.max(),
+        server,
     })
 }
 
@@ -504,7 +526,8 @@ async fn run(mode: Mode) -> Result<Vec<String>, String> {
             connections,
             rate,
             seconds,
-        } => json(&latency(common, connections, rate, seconds).await?),
+            metrics,
+        } => json(&latency(common, connections, rate, seconds, metrics).await?),
         Mode::Ingest {
             common,
             method,

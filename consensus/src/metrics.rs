@@ -29,14 +29,16 @@ pub struct Metrics {
     pub fsync_micros: Histogram,
     /// Log entries made durable by each fsync (the group-commit factor, per fsync).
     pub entries_per_fsync: Histogram,
-    /// From a request reaching the node task to its answer (applied here), in microseconds.
+    /// From a proposal being sent to the node task (its wait in the node's queue included)
+    /// to its answer (applied here), in microseconds.
     pub commit_micros: Histogram,
 }
 
-/// Bucket bounds for latencies in microseconds: 50 µs .. 5 s.
+/// Bucket bounds for latencies in microseconds: 25 µs .. 5 s, a few per doubling up to
+/// 25 ms, so that a commit's tail can be read against the fsync's (bench/ does, per run).
 pub const LATENCY_MICROS: &[u64] = &[
-    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
-    5_000_000,
+    25, 50, 75, 100, 150, 200, 300, 500, 750, 1_000, 1_500, 2_000, 3_000, 5_000, 7_500, 10_000,
+    15_000, 25_000, 50_000, 100_000, 250_000, 1_000_000, 5_000_000,
 ];
 
 /// Bucket bounds for counts: 1 .. 4096.
@@ -61,7 +63,7 @@ impl Default for Metrics {
 }
 
 /// Most buckets a [`Histogram`] has (its bounds, plus one for everything above them).
-const MAX_BUCKETS: usize = 16;
+const MAX_BUCKETS: usize = 24;
 
 /// A histogram with fixed upper bounds (Prometheus' `le`), observed with relaxed atomics.
 #[derive(Debug)]

@@ -321,8 +321,16 @@ impl<R: Send + 'static> NodeHandle<R> {
     pub async fn propose(&self, command: Vec<u8>) -> std::result::Result<R, ProposeError> {
         let gone = || ProposeError::Unknown("node stopped while waiting".into());
         let _in_flight = crate::spin::in_flight();
-        self.ask(|reply| Request::Propose { command, reply }, gone)
-            .await
+        let sent = std::time::Instant::now();
+        self.ask(
+            |reply| Request::Propose {
+                command,
+                reply,
+                sent,
+            },
+            gone,
+        )
+        .await
     }
 
     /// Adds or removes a member; resolves once the change is applied on this node.

@@ -14,6 +14,10 @@
 //! [`Ticket`] until it ends; one over the limit answers a cancel request and refuses a login
 //! with `53300`; startup and authentication must finish by the ticket's deadline; the answer to
 //! a wrong password waits out the client address's [`crate::auth_delay`].
+//!
+//! Each request's time in the server — from its first message read (a Query, or the Parse
+//! or Bind that starts an extended-protocol exchange) to the ReadyForQuery that ends it
+//! written — goes to [`crate::metrics::REQUESTS`].
 
 use std::io;
 use std::net::SocketAddr;
@@ -83,6 +87,8 @@ pub async fn serve(
     let mut reader = Reader::new(backend.engine.limits.max_statement_bytes + MESSAGE_HEADROOM);
     // a message read ahead of an Execute (see `pipeline::before_execute`)
     let mut ahead: Option<PgWireFrontendMessage> = None;
+    // when the request under way had its first message read
+    let mut request_started: Option<std::time::Instant> = None;
 
     loop {
         let in_startup = matches!(
@@ -134,6 +140,17 @@ pub async fn serve(
         if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
             break;
         }
+        if !in_startup && request_started.is_none() {
+            request_started = Some(std::time::Instant::now());
+        }
+        // what ends a request with a ReadyForQuery (COPY FROM's Query ends at its CopyDone)
+        let ends_request = matches!(
+            msg,
+            PgWireFrontendMessage::Query(_)
+                | PgWireFrontendMessage::Sync(_)
+                | PgWireFrontendMessage::CopyDone(_)
+                | PgWireFrontendMessage::CopyFail(_)
+        );
         if ticket.over_limit() && !matches!(msg, PgWireFrontendMessage::CancelRequest(_)) {
             socket
                 .send(PgWireBackendMessage::ErrorResponse(
@@ -239,6 +256,11 @@ pub async fn serve(
                 is_extended,
             )
             .await?;
+        }
+        if ends_request && matches!(socket.state(), PgWireConnectionState::ReadyForQuery) {
+            if let Some(started) = request_started.take() {
+                crate::metrics::REQUESTS.observe(started.elapsed().as_micros() as u64);
+            }
         }
     }
     Ok(())

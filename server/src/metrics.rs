@@ -1,8 +1,9 @@
 //! The Prometheus endpoint: `GET /metrics` on `--metrics-listen` answers the server's
 //! counters (`sluice_stats`), every stream's shape (`sluice_streams`), the cluster's view of
 //! itself (`sluice_cluster`), each consumer's committed offset and lag (`consumer_offsets`
-//! against the stream's next offset) and the Raft node's histograms (fsync time, entries
-//! per fsync, request-to-answer time), in Prometheus' text format 0.0.4.
+//! against the stream's next offset), the Raft node's histograms (fsync time, entries
+//! per fsync, proposal-to-answer time) and the connections' request time ([`REQUESTS`]),
+//! in Prometheus' text format 0.0.4.
 //!
 //! It owns a deliberately small HTTP/1.1 responder — one request per connection, answered
 //! with `Connection: close` — rather than an HTTP stack: a scrape is the only request it
@@ -16,17 +17,23 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::util::display::array_value_to_string;
 use futures::StreamExt;
+use sluice_consensus::metrics::{Histogram, LATENCY_MICROS};
 use sluice_sql::{Engine, Output, Session};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+/// The time of every client request in this process, in microseconds: from its first message
+/// read to its ReadyForQuery written (crate::connection); a tailing query counts until it
+/// ends. One per process, as its connections are.
+pub static REQUESTS: LazyLock<Histogram> = LazyLock::new(|| Histogram::new(LATENCY_MICROS));
 
 /// The largest request head read; a scrape's is a few hundred bytes.
 pub const MAX_REQUEST_BYTES: usize = 8 << 10;
@@ -258,13 +265,20 @@ pub async fn render(engine: &Arc<Engine>) -> sluice_sql::Result<String> {
         ),
         (
             "sluice_commit_seconds",
-            "from a request reaching the Raft node to its answer, applied on this node",
+            "from a proposal being sent to the Raft node (its queue wait included) to its answer, applied on this node",
             &raft.commit_micros,
             1e6,
         ),
     ] {
         text.histogram(name, help, &h.snapshot(), per_unit);
     }
+    text.histogram(
+        "sluice_request_seconds",
+        "a client request's time in the server: its first message read to its ReadyForQuery \
+         written",
+        &REQUESTS.snapshot(),
+        1e6,
+    );
     if let Some(rss) = resident_bytes() {
         text.family(
             "process_resident_memory_bytes",

@@ -108,6 +108,32 @@ def test_metrics_show_streams_counters_and_consumer_lag(server):
         assert samples[("sluice_consumer_lag", consumer)] == 2
 
 
+def test_request_time_counts_every_request_once(server):
+    """`sluice_request_seconds`: one observation per request a client finishes — a simple
+    Query, an extended-protocol exchange up to its Sync, a COPY FROM up to its CopyDone, a
+    statement that fails — and none for the scrape itself (it reads through no connection)."""
+    def count():
+        _, samples = scrape(server.metrics_port)
+        return samples[("sluice_request_seconds_count", ())]
+
+    with server.connect(autocommit=True) as conn:
+        conn.execute("CREATE STREAM req (n bigint)")
+        before = count()
+        assert count() == before
+        for i in range(5):  # psycopg: Parse/Bind/Describe/Execute/Sync
+            conn.execute("INSERT INTO req (n) VALUES (%s)", (i,))
+        conn.pgconn.exec_(b"SELECT 1")  # a simple Query
+        with conn.cursor().copy("COPY req (n) FROM STDIN") as copy:
+            copy.write_row((9,))
+        with pytest.raises(Exception):
+            conn.execute("SELECT * FROM no_such_stream")
+        assert count() == before + 8
+        families, samples = scrape(server.metrics_port)
+        assert families["sluice_request_seconds"].type == "histogram"
+        assert samples[("sluice_request_seconds_bucket", (("le", "+Inf"),))] == before + 8
+        assert samples[("sluice_request_seconds_sum", ())] > 0
+
+
 def test_stream_and_consumer_names_are_escaped_as_label_values(server):
     with server.connect(autocommit=True) as conn:
         conn.execute('CREATE STREAM "we ird" (v int)')

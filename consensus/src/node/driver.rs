@@ -53,6 +53,8 @@ pub(crate) enum Request<R> {
     Propose {
         command: Vec<u8>,
         reply: oneshot::Sender<Outcome<R>>,
+        /// When the requester sent it: its commit time counts its wait in the queue too.
+        sent: std::time::Instant,
     },
     /// Change membership (a protobuf `ConfChangeV2`); answered once applied here.
     ChangeMembership {
@@ -119,7 +121,7 @@ struct Waiter<R> {
     resent: u32,
     /// Times it was forwarded to a leader: a reply counts only if it answers the latest.
     attempt: u32,
-    /// When the node task took the request.
+    /// When the request was sent (a proposal) or taken by the node task (the rest).
     since: std::time::Instant,
 }
 
@@ -425,14 +427,17 @@ impl<SM: StateMachine> Driver<SM> {
     /// Takes one request from a local client.
     pub(crate) fn request(&mut self, req: Request<SM::Response>) {
         Metrics::add(&self.metrics.proposals, 1);
-        let (payload, reply) = match req {
-            Request::Propose { command, reply } => {
-                (Payload::Command(command), WaitReply::Command(reply))
-            }
+        let now = std::time::Instant::now();
+        let (payload, reply, since) = match req {
+            Request::Propose {
+                command,
+                reply,
+                sent,
+            } => (Payload::Command(command), WaitReply::Command(reply), sent),
             Request::ChangeMembership { change, reply } => {
-                (Payload::Conf(change), WaitReply::Unit(reply))
+                (Payload::Conf(change), WaitReply::Unit(reply), now)
             }
-            Request::ReadIndex { reply } => (Payload::Read, WaitReply::Unit(reply)),
+            Request::ReadIndex { reply } => (Payload::Read, WaitReply::Unit(reply), now),
             Request::StepDown { reply } => {
                 if self.raw.raft.state == StateRole::Leader {
                     if let Some(to) = self.best_transferee(self.config.id) {
@@ -474,7 +479,7 @@ impl<SM: StateMachine> Driver<SM> {
                 deadline: self.ticks + self.config.leader_wait_ticks,
                 resent: 0,
                 attempt: 0,
-                since: std::time::Instant::now(),
+                since,
             },
         );
         self.dispatch(tag);

@@ -267,6 +267,7 @@ impl Sim {
         d.request(Request::Propose {
             command: cmd.as_bytes().to_vec(),
             reply,
+            sent: std::time::Instant::now(),
         });
         d.step();
         self.pending.push((cmd.as_bytes().to_vec(), rx));

@@ -249,6 +249,45 @@ async fn proposals_arriving_during_an_fsync_share_the_next_one() {
     node.shutdown().await;
 }
 
+/// A proposal's commit time (`commit_micros`) counts its wait in the node's queue: one sent
+/// while the node thread sleeps after another's fsync (the test delay) waits out that delay,
+/// then its own round — about twice the delay from its sending, once from its taking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commit_time_counts_the_wait_in_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.fsync_delay = Some(Duration::from_millis(200));
+    let node = start(config, Recorder::new()).unwrap();
+    // (its commit waits out the election's delayed fsyncs too)
+    node.propose(b"warm-up".to_vec()).await.unwrap();
+    let m = node.metrics();
+    let fsyncs = Metrics::get(&m.log_fsyncs);
+    let before = m.commit_micros.snapshot();
+    let first = tokio::spawn({
+        let node = node.clone();
+        async move { node.propose(b"first".to_vec()).await }
+    });
+    // the first's fsync is done: the node thread now sleeps the delay
+    while Metrics::get(&m.log_fsyncs) == fsyncs {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    node.propose(b"second".to_vec()).await.unwrap();
+    first.await.unwrap().unwrap();
+
+    let after = m.commit_micros.snapshot();
+    assert_eq!(after.count - before.count, 2);
+    let within = |h: &crate::metrics::HistogramSnapshot, bound: u64| {
+        h.buckets.iter().find(|(b, _)| *b == bound).unwrap().1
+    };
+    // first: one delay; second: its wait in the queue, then its own delay
+    assert_eq!(
+        within(&after, 250_000) - within(&before, 250_000),
+        1,
+        "{before:?} {after:?}"
+    );
+    node.shutdown().await;
+}
+
 /// A state machine defers work to the end of a batch (`StateMachine::applied`: Sluice writes
 /// a batch's stream appends there): no proposer hears of its command before that call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
