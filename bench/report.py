@@ -495,7 +495,20 @@ def machine_line(m: Record) -> str:
     return (
         f"Machine: {m.get('cores', '?')} cores, {m.get('ram_gib', '?')} GiB RAM, {m.get('kernel', '?')}, "
         f"data disk {m.get('disk', '?')}; run started {m.get('date', '?')}."
+        + AUTOGROUP_NOTE.get(m.get("autogroup"), "")
     )
+
+
+# The kernel's autogroup scheduling shares the CPU between sessions first: every PostgreSQL
+# backend calls setsid (a session, so an autogroup, of its own), Sluice is one process in one
+# session, and the CPU-contention point's hog is a session too.
+AUTOGROUP_NOTE = {
+    1: (" The kernel's autogroup scheduling was on: the CPU is shared between sessions first, and "
+        "every PostgreSQL backend is a session of its own (it calls setsid) while Sluice is one "
+        "process in one session, so under the CPU hog 64 PostgreSQL backends weigh 64 shares "
+        "against the hog's one, Sluice one."),
+    0: " The kernel's autogroup scheduling was off (the CPU is shared between threads).",
+}
 
 
 # ------------------------------------------------------------ compression

@@ -91,7 +91,9 @@ trap cleanup EXIT
 # (setsid), as PostgreSQL's postmaster does (pg_ctl starts it with setsid):
 # with the kernel's autogroup scheduling each session shares the CPU as one
 # group, so a server in the bench's session would share its group with the
-# load generator and the CPU hog while PostgreSQL has its own.
+# load generator and the CPU hog while PostgreSQL has its own. (PostgreSQL
+# goes further: each backend calls setsid, so its 64 backends are 64 groups;
+# report.py says so beside the machine.)
 start_sluice() {
   sluice_dir=$work/sluice-$RANDOM
   setsid "$sluice" serve --data-dir "$sluice_dir" --listen 127.0.0.1:0 "$@" > "$sluice_dir.out" 2> "$sluice_dir.err" &
@@ -139,9 +141,10 @@ both() {
   fi
 }
 
-printf '{"workload":"machine","date":"%s","cores":%s,"ram_gib":%s,"kernel":"%s","disk":"%s","quick":%s}\n' \
+printf '{"workload":"machine","date":"%s","cores":%s,"ram_gib":%s,"kernel":"%s","disk":"%s","quick":%s,"autogroup":%s}\n' \
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(nproc)" "$(free -g | awk '/Mem:/ {print $2}')" "$(uname -sr)" \
-  "$(df -h "$work" | tail -1 | awk '{print $1}')" "$([ $quick = 1 ] && echo true || echo false)" >> "$json"
+  "$(df -h "$work" | tail -1 | awk '{print $1}')" "$([ $quick = 1 ] && echo true || echo false)" \
+  "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo null)" >> "$json"
 
 echo "== disk: fdatasync latency and sequential write" >&2
 "$bench" disk --dir "$work/disk" --count 2000 --seq-bytes "$seq_bytes" | record
