@@ -1079,8 +1079,12 @@ def rows_latency(run: Run) -> list[Row]:
                         bounds_text(fsync), DASH, "", DASH, DASH))
     commit = server_side(run.all("latency", label="sluice", size=1024), "commit_le_us")
     if commit:
+        checkpoint = server_side(run.all("latency", label="sluice", size=1024), "checkpoint_le_us")
+        during = (f" (checkpoints meanwhile, on the same thread: max ≤ {fmt_ms(checkpoint['max'])} ms)"
+                  if checkpoint and "max" in checkpoint and not math.isinf(checkpoint["max"]) else "")
         rows.append(Row("… and its commit, sent to the Raft node → answered (queue, log write, "
-                        "fdatasync, apply): p99 / p99.99 / max", bounds_text(commit), DASH, "", DASH, DASH))
+                        "fdatasync, apply): p99 / p99.99 / max", bounds_text(commit) + during,
+                        DASH, "", DASH, DASH))
     request = server_side(run.all("latency", label="sluice", size=1024), "request_le_us")
     if request:
         rows.append(Row("… and its time for each request, first message read → ReadyForQuery written "

@@ -1,7 +1,8 @@
 //! What Sluice itself saw during a latency run, read from its Prometheus endpoint
 //! (`sluice serve --metrics-listen`) before and after the run: its Raft log's fsync times,
-//! its commit times (proposal sent to the Raft node → answered, the node's queue included)
-//! and its request times (first message read → ReadyForQuery written).
+//! its commit times (proposal sent to the Raft node → answered, the node's queue included),
+//! its request times (first message read → ReadyForQuery written) and its checkpoints' times
+//! (the Raft node's thread does nothing else meanwhile).
 //!
 //! The point: an append's latency as the client sees it is the request's time in the server
 //! plus the network and the client; a request is its commit plus the connection's own work;
@@ -23,6 +24,7 @@ use crate::err;
 const FSYNC: &str = "sluice_log_fsync_seconds";
 const COMMIT: &str = "sluice_commit_seconds";
 const REQUEST: &str = "sluice_request_seconds";
+const CHECKPOINT: &str = "sluice_checkpoint_seconds";
 
 /// The quantiles reported, then `max` (the highest bucket with an observation).
 const QUANTILES: [f64; 4] = [50.0, 99.0, 99.9, 99.99];
@@ -42,6 +44,10 @@ pub(crate) struct ServerSide {
     pub(crate) requests: u64,
     /// Upper bounds of the request time's buckets at p50 .. p99.99 and max, in µs.
     pub(crate) request_le_us: Bounds,
+    /// Checkpoints during the run.
+    pub(crate) checkpoints: u64,
+    /// Upper bounds of the checkpoint time's buckets at p50 .. p99.99 and max, in µs.
+    pub(crate) checkpoint_le_us: Bounds,
 }
 
 /// Both histograms at one instant: (upper bound in seconds, `+Inf` as infinity; cumulative
@@ -51,6 +57,7 @@ pub(crate) struct Scrape {
     fsync: Vec<(f64, u64)>,
     commit: Vec<(f64, u64)>,
     request: Vec<(f64, u64)>,
+    checkpoint: Vec<(f64, u64)>,
 }
 
 /// Reads the metrics endpoint at `addr` (host:port).
@@ -72,6 +79,7 @@ pub(crate) async fn scrape(addr: &str) -> Result<Scrape, String> {
         fsync: buckets(body, FSYNC)?,
         commit: buckets(body, COMMIT)?,
         request: buckets(body, REQUEST)?,
+        checkpoint: buckets(body, CHECKPOINT)?,
     })
 }
 
@@ -80,6 +88,7 @@ pub(crate) fn between(before: &Scrape, after: &Scrape) -> Result<ServerSide, Str
     let (fsyncs, fsync_le_us) = summary(&before.fsync, &after.fsync)?;
     let (commits, commit_le_us) = summary(&before.commit, &after.commit)?;
     let (requests, request_le_us) = summary(&before.request, &after.request)?;
+    let (checkpoints, checkpoint_le_us) = summary(&before.checkpoint, &after.checkpoint)?;
     Ok(ServerSide {
         fsyncs,
         fsync_le_us,
@@ -87,6 +96,8 @@ pub(crate) fn between(before: &Scrape, after: &Scrape) -> Result<ServerSide, Str
         commit_le_us,
         requests,
         request_le_us,
+        checkpoints,
+        checkpoint_le_us,
     })
 }
 

@@ -264,6 +264,13 @@ pub async fn render(engine: &Arc<Engine>) -> sluice_sql::Result<String> {
             1.0,
         ),
         (
+            "sluice_checkpoint_seconds",
+            "time of each state-machine checkpoint and Raft log compaction (on the Raft node's \
+             thread: commits wait for it)",
+            &raft.checkpoint_micros,
+            1e6,
+        ),
+        (
             "sluice_commit_seconds",
             "from a proposal being sent to the Raft node (its queue wait included) to its answer, applied on this node",
             &raft.commit_micros,

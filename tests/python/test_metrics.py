@@ -95,6 +95,9 @@ def test_metrics_show_streams_counters_and_consumer_lag(server):
             assert [v for _, v in bounds] == sorted(v for _, v in bounds), name  # cumulative
             assert samples[(name + "_sum", ())] > 0, name
         assert samples[("sluice_commit_seconds_count", ())] >= 12
+        # every checkpoint's time (it holds up the Raft node's thread)
+        assert families["sluice_checkpoint_seconds"].type == "histogram"
+        assert samples[("sluice_checkpoint_seconds_count", ())] == samples[("sluice_checkpoints_total", ())]
 
         # the consumer catches up; more rows arrive
         conn.execute(

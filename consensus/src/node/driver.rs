@@ -1234,11 +1234,15 @@ impl<SM: StateMachine> Driver<SM> {
 
     /// Checkpoints the state machine and compacts the log up to what the checkpoint covers.
     fn checkpoint(&mut self) -> Result<()> {
+        let started = std::time::Instant::now();
         let covered = self.sm.checkpoint().map_err(Error::StateMachine)?;
         Metrics::add(&self.metrics.checkpoints, 1);
         self.since_checkpoint = 0;
         self.since_checkpoint_bytes = 0;
         let deleted = self.raw.mut_store().compact(covered.min(self.applied))?;
+        self.metrics
+            .checkpoint_micros
+            .observe(started.elapsed().as_micros() as u64);
         tracing::debug!(covered, deleted, "checkpointed and compacted the Raft log");
         Ok(())
     }

@@ -340,6 +340,11 @@ async fn large_entries_checkpoint_by_bytes_before_the_entry_count() {
         (8..=11).contains(&checkpoints),
         "640 KiB of entries with a 64 KiB bound: {checkpoints} checkpoints"
     );
+    // each one's time is in the histogram
+    assert_eq!(
+        node.metrics().checkpoint_micros.snapshot().count,
+        checkpoints
+    );
     node.shutdown().await;
 }
 
