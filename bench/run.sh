@@ -174,8 +174,9 @@ done
 # append latency at a fixed rate: the disk's own floor (the ideal
 # group-commit log on the same disk, no server), Sluice and PostgreSQL take
 # turns, three rounds; report.py takes the median of each percentile. Sluice's
-# runs also record its own log fsync and commit times meanwhile (its metrics
-# endpoint): the disk's tail during the run, beside the appends' tail
+# runs also record its own log fsync, commit, request and checkpoint times
+# meanwhile (its metrics endpoint): the disk's tail during the run, beside the
+# appends' tail
 for _ in 1 2 3; do
   "$bench" floor --dir "$work/disk" --size 1024 --rate 3000 --seconds "$lat_secs" | record
   "$bench" latency --url "host=127.0.0.1 port=$port user=sluice" --target sluice --label sluice \

@@ -8,8 +8,8 @@
 //!   the time the request was *scheduled*, so stalls count against every
 //!   request queued behind them (coordinated omission corrected), recorded
 //!   in an HDR histogram and reported to 99.9999 and max; with `--metrics`,
-//!   beside what Sluice saw meanwhile (its fsync and commit times, see
-//!   [`server_side`]);
+//!   beside what Sluice saw meanwhile (its fsync, commit, request and
+//!   checkpoint times, see [`server_side`]);
 //! - `tail-latency`, `stalled-tail`: see [`tail`];
 //! - `ingest`, `load`, `scan`, `aggregate`: see [`bulk`];
 //! - `compression`: one stream per `compression` setting, its size and its
@@ -102,7 +102,7 @@ enum Mode {
         #[arg(long, default_value_t = 3000.0)]
         rate: f64,
         /// Sluice's metrics endpoint (host:port of `--metrics-listen`): also report the
-        /// server's own fsync and commit times during the run
+        /// server's own fsync, commit, request and checkpoint times during the run
         #[arg(long)]
         metrics: Option<String>,
         #[arg(long, default_value_t = 10.0)]

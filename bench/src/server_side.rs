@@ -6,7 +6,7 @@
 //!
 //! The point: an append's latency as the client sees it is the request's time in the server
 //! plus the network and the client; a request is its commit plus the connection's own work;
-//! a commit waits for the fsync under way and its own. Side by side, the three show where an
+//! a commit waits for the fsync under way (or a checkpoint) and its own. Side by side, they show where an
 //! append's tail comes from, and whether the disk's own tail is the floor.
 //!
 //! Owns: the scrape (one HTTP/1.0 GET), the text-format parsing of a histogram's cumulative
@@ -20,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::err;
 
-/// The histograms read, by their Prometheus names, and the field each goes to.
+/// The histograms read, by their Prometheus names.
 const FSYNC: &str = "sluice_log_fsync_seconds";
 const COMMIT: &str = "sluice_commit_seconds";
 const REQUEST: &str = "sluice_request_seconds";
@@ -50,7 +50,7 @@ pub(crate) struct ServerSide {
     pub(crate) checkpoint_le_us: Bounds,
 }
 
-/// Both histograms at one instant: (upper bound in seconds, `+Inf` as infinity; cumulative
+/// The histograms at one instant: (upper bound in seconds, `+Inf` as infinity; cumulative
 /// count), in the order the server lists them.
 #[derive(Debug, Clone)]
 pub(crate) struct Scrape {

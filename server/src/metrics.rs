@@ -2,8 +2,8 @@
 //! counters (`sluice_stats`), every stream's shape (`sluice_streams`), the cluster's view of
 //! itself (`sluice_cluster`), each consumer's committed offset and lag (`consumer_offsets`
 //! against the stream's next offset), the Raft node's histograms (fsync time, entries
-//! per fsync, proposal-to-answer time) and the connections' request time ([`REQUESTS`]),
-//! in Prometheus' text format 0.0.4.
+//! per fsync, checkpoint time, proposal-to-answer time) and the connections' request time
+//! ([`REQUESTS`]), in Prometheus' text format 0.0.4.
 //!
 //! It owns a deliberately small HTTP/1.1 responder — one request per connection, answered
 //! with `Connection: close` — rather than an HTTP stack: a scrape is the only request it

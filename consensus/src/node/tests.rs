@@ -251,7 +251,7 @@ async fn proposals_arriving_during_an_fsync_share_the_next_one() {
 
 /// A proposal's commit time (`commit_micros`) counts its wait in the node's queue: one sent
 /// while the node thread sleeps after another's fsync (the test delay) waits out that delay,
-/// then its own round — about twice the delay from its sending, once from its taking.
+/// then its own round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn commit_time_counts_the_wait_in_the_queue() {
     let dir = tempfile::tempdir().unwrap();
@@ -276,15 +276,11 @@ async fn commit_time_counts_the_wait_in_the_queue() {
 
     let after = m.commit_micros.snapshot();
     assert_eq!(after.count - before.count, 2);
-    let within = |h: &crate::metrics::HistogramSnapshot, bound: u64| {
-        h.buckets.iter().find(|(b, _)| *b == bound).unwrap().1
-    };
-    // first: one delay; second: its wait in the queue, then its own delay
-    assert_eq!(
-        within(&after, 250_000) - within(&before, 250_000),
-        1,
-        "{before:?} {after:?}"
-    );
+    // first: one delay (and its fsync); second: the rest of the first's delay in the queue,
+    // then its own — together about three delays, where timing from the node's taking of
+    // each request gives two (plus the fsyncs)
+    let total = after.sum - before.sum;
+    assert!(total >= 500_000, "{total} µs for two commits");
     node.shutdown().await;
 }
 
