@@ -1047,7 +1047,8 @@ def bounds_text(b: dict[str, float]) -> str:
 
 
 def rows_latency(run: Run) -> list[Row]:
-    s = median_latency(run.all("latency", label="sluice", size=1024))
+    sluice_runs = run.all("latency", label="sluice", size=1024)
+    s = median_latency(sluice_runs)
     p = median_latency(run.all("latency", label="postgres", size=1024))
     f = median_latency(run.all("latency", label="floor", size=1024))
     shape = s or p
@@ -1072,20 +1073,20 @@ def rows_latency(run: Run) -> list[Row]:
     if f:
         rows.append(Row(f"the disk's floor{rate}: an ideal group-commit log (pwrite + fdatasync of "
                         "every request due, no server), p99 / p99.99", text(f), DASH, "", DASH, DASH))
-    fsync = server_side(run.all("latency", label="sluice", size=1024), "fsync_le_us")
+    fsync = server_side(sluice_runs, "fsync_le_us")
     if fsync:
         rows.append(Row("during those Sluice runs, its own Raft-log fdatasync (histogram bucket "
                         "bounds, median of runs; max of runs): p99 / p99.99 / max",
                         bounds_text(fsync), DASH, "", DASH, DASH))
-    commit = server_side(run.all("latency", label="sluice", size=1024), "commit_le_us")
+    commit = server_side(sluice_runs, "commit_le_us")
     if commit:
-        checkpoint = server_side(run.all("latency", label="sluice", size=1024), "checkpoint_le_us")
+        checkpoint = server_side(sluice_runs, "checkpoint_le_us")
         during = (f" (checkpoints meanwhile, on the same thread: max ≤ {fmt_ms(checkpoint['max'])} ms)"
                   if checkpoint and "max" in checkpoint and not math.isinf(checkpoint["max"]) else "")
         rows.append(Row("… and its commit, sent to the Raft node → answered (queue, log write, "
                         "fdatasync, apply): p99 / p99.99 / max", bounds_text(commit) + during,
                         DASH, "", DASH, DASH))
-    request = server_side(run.all("latency", label="sluice", size=1024), "request_le_us")
+    request = server_side(sluice_runs, "request_le_us")
     if request:
         rows.append(Row("… and its time for each request, first message read → ReadyForQuery written "
                         "(the commit plus the connection's work): p99 / p99.99 / max",
