@@ -19,7 +19,7 @@ pub struct Metrics {
     pub log_fsyncs: AtomicU64,
     /// Bytes written to the Raft log, framing included.
     pub log_bytes: AtomicU64,
-    /// State-machine checkpoints (each followed by a log compaction).
+    /// State-machine checkpoints made durable (each followed by a log compaction).
     pub checkpoints: AtomicU64,
     /// Snapshots built for lagging followers.
     pub snapshots_built: AtomicU64,
@@ -29,8 +29,10 @@ pub struct Metrics {
     pub fsync_micros: Histogram,
     /// Log entries made durable by each fsync (the group-commit factor, per fsync).
     pub entries_per_fsync: Histogram,
-    /// Time of each state-machine checkpoint and log compaction, in microseconds (the node
-    /// thread does nothing else meanwhile: commits wait for it).
+    /// Time the node thread spends on each state-machine checkpoint and the log compaction
+    /// after it, in microseconds (commits wait for it meanwhile): all of a synchronous one
+    /// (a backup's, a snapshot's, shutdown's); of a periodic one, starting it and compacting,
+    /// not its fsyncs and durable write, which run on the checkpoint thread.
     pub checkpoint_micros: Histogram,
     /// From a proposal being sent to the node task (its wait in the node's queue included)
     /// to its answer (applied here), in microseconds.

@@ -63,6 +63,20 @@ pub trait StateMachine: Send + 'static {
     /// Make everything applied so far durable; return the index it now covers. The node may
     /// then compact its log up to it.
     fn checkpoint(&mut self) -> std::result::Result<u64, String>;
+    /// Begin a checkpoint of everything applied so far whose slow part (fsyncs, the durable
+    /// write) may run on another thread while applies go on. `Ok(Some(index))`: done
+    /// already, as `checkpoint`; `Ok(None)`: [`StateMachine::finished_checkpoint`] will
+    /// say. The node starts one only when none is in flight.
+    fn start_checkpoint(&mut self) -> std::result::Result<Option<u64>, String> {
+        self.checkpoint().map(Some)
+    }
+    /// The index of the newest checkpoint made durable since the last call (or since
+    /// `checkpoint` returned), if any; with `wait`, after the one in flight is done. `Err`:
+    /// a checkpoint failed (the node poisons).
+    fn finished_checkpoint(&mut self, wait: bool) -> std::result::Result<Option<u64>, String> {
+        let _ = wait;
+        Ok(None)
+    }
     /// Checkpoint, then serialize the whole state as of the index returned, for a follower
     /// that is behind the log's compaction point.
     fn snapshot(&mut self) -> std::result::Result<(u64, Vec<u8>), String>;

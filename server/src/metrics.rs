@@ -265,8 +265,9 @@ pub async fn render(engine: &Arc<Engine>) -> sluice_sql::Result<String> {
         ),
         (
             "sluice_checkpoint_seconds",
-            "time of each state-machine checkpoint and Raft log compaction (on the Raft node's \
-             thread: commits wait for it)",
+            "time the Raft node's thread spends on each state-machine checkpoint and log \
+             compaction (commits wait for it; a periodic checkpoint's fsyncs run on another \
+             thread and are not counted)",
             &raft.checkpoint_micros,
             1e6,
         ),

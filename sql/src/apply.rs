@@ -11,7 +11,8 @@
 //!   stream's definition and durable position and every table's definition
 //!   and versions. It is written after the stream files are fsynced, in the
 //!   same durable redb transaction that writes the table rows changed since
-//!   the previous checkpoint (see [`crate::table::store`]). On restart,
+//!   the previous checkpoint (see [`crate::table::store`]); a periodic one
+//!   is begun here and written on the checkpoint thread (`apply/checkpoint.rs`). On restart,
 //!   everything after the checkpoint is discarded from the stream files (and
 //!   was never written to the table file) and is replayed from the Raft log,
 //!   so nothing is applied twice or half. (Data directories from before
@@ -48,6 +49,7 @@ use crate::roles::{CatalogView, RoleChange, Roles};
 use crate::table::store::{TableStore, TableVersions, Write};
 use crate::table::{write_kind, Table};
 
+mod checkpoint;
 mod copies;
 mod indexes;
 mod views;
@@ -290,6 +292,10 @@ pub struct Database {
     /// a Raft batch's appends to one stream are written with one `pwrite` and shown to
     /// readers together when the batch is done, before any proposer is answered.
     staged: Vec<Arc<crate::catalog::Stream>>,
+    /// The checkpoint whose I/O runs on the checkpoint thread (see `apply/checkpoint.rs`).
+    checkpoint_in_flight: Option<checkpoint::InFlight>,
+    /// Index of the newest checkpoint made durable and not yet reported to the node.
+    checkpoint_done: Option<u64>,
 }
 
 impl Database {
@@ -337,6 +343,8 @@ impl Database {
             checkpointed: cp.applied_index,
             default_segment_bytes,
             staged: Vec::new(),
+            checkpoint_in_flight: None,
+            checkpoint_done: None,
         })
     }
 
@@ -372,53 +380,6 @@ impl Database {
             self.tables.apply(self.applied, writes);
         }
         Ok(())
-    }
-
-    fn write_checkpoint(&mut self, index: u64) -> Result<u64, String> {
-        self.write_checkpoint_record(index).map(|_| index)
-    }
-
-    /// [`Database::write_checkpoint`], returning the checkpoint record it stored.
-    fn write_checkpoint_record(&mut self, index: u64) -> Result<Vec<u8>, String> {
-        self.prune_dedup()?;
-        let mut streams = Vec::new();
-        for s in self.catalog.list() {
-            let position = s.log.sync().map_err(|e| e.to_string())?;
-            streams.push(CheckpointedStream {
-                def: s.def.clone(),
-                position,
-            });
-        }
-        let file = CheckpointFile {
-            format: crate::format::FORMAT_VERSION,
-            applied_index: index,
-            next_oid: self.next_oid,
-            streams,
-            tables: self
-                .catalog
-                .tables()
-                .iter()
-                .filter(|t| t.def.name != CONSUMER_OFFSETS)
-                .map(|t| t.def.clone())
-                .collect(),
-            table_versions: self.tables.versions(),
-            snapshot_point: self.snapshot_point.filter(|(i, _)| *i == index),
-            roles: (*self.catalog.roles()).clone(),
-            views: self.catalog.views().iter().map(|v| v.def.clone()).collect(),
-            copies: self.checkpoint_copies()?,
-        };
-        let bytes = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
-        self.tables
-            .checkpoint(index, &bytes, &self.dropped_tables)
-            .map_err(|e| format!("writing checkpoint in {}: {e}", self.dir.display()))?;
-        self.dropped_tables.clear();
-        self.snapshot_point = file.snapshot_point;
-        let legacy = self.dir.join(LEGACY_CHECKPOINT_FILE);
-        if legacy.exists() {
-            fs::remove_file(&legacy).map_err(|e| format!("{}: {e}", legacy.display()))?;
-        }
-        self.checkpointed = index;
-        Ok(bytes)
     }
 
     /// Checkpoint, then the whole database as of that checkpoint: the record, every table
@@ -463,6 +424,7 @@ impl Database {
     /// stream files first (each fsynced), then tables and the checkpoint record in one
     /// durable transaction, then the catalog is rebuilt from that record.
     fn restore_snapshot(&mut self, index: u64, term: u64, data: &[u8]) -> Result<(), String> {
+        self.collect_checkpoint(true)?;
         self.catalog.begin_restore();
         let restored = self.restore_snapshot_files(index, term, data);
         self.catalog.end_restore();
@@ -1407,7 +1369,18 @@ impl StateMachine for Database {
     }
 
     fn checkpoint(&mut self) -> Result<u64, String> {
-        self.write_checkpoint(self.applied)
+        let index = self.write_checkpoint(self.applied)?;
+        self.checkpoint_done = None;
+        Ok(index)
+    }
+
+    fn start_checkpoint(&mut self) -> Result<Option<u64>, String> {
+        self.spawn_checkpoint()?;
+        Ok(None)
+    }
+
+    fn finished_checkpoint(&mut self, wait: bool) -> Result<Option<u64>, String> {
+        self.collect_checkpoint(wait)
     }
 
     fn snapshot(&mut self) -> Result<(u64, Vec<u8>), String> {
@@ -1822,5 +1795,66 @@ mod tests {
             code(run(&mut db, 14, 12, vec![read(t, Some(5))], vec![put5])),
             "ok"
         );
+    }
+
+    /// A checkpoint begun at one index and written while later commands apply (as on the
+    /// checkpoint thread): the tables' delta keeps exactly what changed after it began, and
+    /// a restart recovers the checkpoint's state, not the later commands' (the Raft log
+    /// replays those). With the delta emptied at the checkpoint's commit, as a checkpoint
+    /// on the state machine's own thread could, the later writes would vanish.
+    #[test]
+    fn a_checkpoint_written_while_commands_apply_covers_only_its_index() {
+        use write_kind::{DELETE, INSERT, PUT};
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = open(dir.path());
+        let ddl = vec![create("t"), create_stream("s")];
+        assert_eq!(code(run(&mut db, 1, 0, vec![], ddl)), "ok");
+        let t = db.catalog.table("t").unwrap().def.id;
+        let rows = (1..=3).map(|k| write(&db, INSERT, k, 10 * k)).collect();
+        assert_eq!(code(run(&mut db, 2, 0, vec![], rows)), "ok");
+        assert_eq!(append1(&mut db, 3, "s", "a"), "ok");
+        db.applied().unwrap();
+        let job = db.begin_checkpoint(3).unwrap();
+        // meanwhile: key 1 changes, key 2 goes, key 4 comes, key 3 stays; the stream grows
+        let later = vec![
+            write(&db, PUT, 1, 11),
+            write(&db, DELETE, 2, 0),
+            write(&db, INSERT, 4, 40),
+        ];
+        assert_eq!(code(run(&mut db, 4, 0, vec![], later)), "ok");
+        assert_eq!(append1(&mut db, 5, "s", "b"), "ok");
+        db.applied().unwrap();
+        job.run().unwrap();
+        db.end_checkpoint(job);
+        let versions = |db: &Database| -> Vec<Option<u64>> {
+            let snap = db.tables.snapshot();
+            (1..=4)
+                .map(|k| snap.get(t, &key(k)).unwrap().map(|v| v.version))
+                .collect()
+        };
+        assert_eq!(versions(&db), [Some(4), None, Some(2), Some(4)]);
+        assert!(
+            db.tables.delta_bytes() > 0,
+            "the later writes are still in the delta"
+        );
+        assert_eq!(db.catalog.get("s").unwrap().log.next_offset(), 2);
+        drop(db);
+        let mut db = open(dir.path());
+        assert_eq!(db.applied_index(), 3);
+        assert_eq!(versions(&db), [Some(2), Some(2), Some(2), None]);
+        assert_eq!(
+            db.catalog.get("s").unwrap().log.next_offset(),
+            1,
+            "the later append is the Raft log's to replay"
+        );
+        // through the node's calls: started, then collected once durable
+        assert_eq!(append1(&mut db, 4, "s", "b"), "ok");
+        db.applied().unwrap();
+        assert_eq!(StateMachine::start_checkpoint(&mut db), Ok(None));
+        assert_eq!(db.finished_checkpoint(true), Ok(Some(4)));
+        assert_eq!(db.finished_checkpoint(true), Ok(None), "reported once");
+        assert_eq!(db.applied_index(), 4);
+        drop(db);
+        assert_eq!(open(dir.path()).applied_index(), 4);
     }
 }

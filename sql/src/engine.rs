@@ -513,9 +513,9 @@ fn propose_error(e: ProposeError, what: &str) -> Error {
 const WRITE_BACK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A thread that fdatasyncs every stream's recent appends every
-/// [`WRITE_BACK_INTERVAL`], off the Raft thread: the checkpoint's own
-/// fsync (which runs on the Raft thread and holds up every commit while it
-/// runs) then finds almost nothing left to write. Stops with the catalog.
+/// [`WRITE_BACK_INTERVAL`]: the checkpoint's own fsync (on the checkpoint
+/// thread; a synchronous checkpoint's holds up every commit while it runs)
+/// then finds almost nothing left to write. Stops with the catalog.
 fn start_write_back(catalog: std::sync::Weak<Catalog>) {
     let spawned = std::thread::Builder::new()
         .name("sluice-writeback".into())

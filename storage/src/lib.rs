@@ -18,4 +18,6 @@ pub mod segment;
 pub mod stream_log;
 
 pub use error::{Error, Result};
-pub use stream_log::{BatchMeta, SegmentInfo, StreamCheckpoint, StreamLog, StreamLogOptions};
+pub use stream_log::{
+    BatchMeta, PendingSync, SegmentInfo, StreamCheckpoint, StreamLog, StreamLogOptions,
+};

@@ -154,6 +154,30 @@ impl Index {
     }
 }
 
+/// What one checkpoint must fsync of a log, and the position that is durable once it has
+/// (see [`StreamLog::begin_sync`]). Holds the files open: a segment deleted or sealed
+/// meanwhile is still synced.
+#[derive(Debug)]
+pub struct PendingSync {
+    files: Vec<Arc<SegmentFile>>,
+    dirs: Vec<PathBuf>,
+    /// The position to record once [`PendingSync::run`] returned `Ok`.
+    pub checkpoint: StreamCheckpoint,
+}
+
+impl PendingSync {
+    /// Fsyncs the files and directories, without the writer lock. A failure poisons `log`
+    /// (the log these came from), as a failed [`StreamLog::sync`] does.
+    pub fn run(&self, log: &StreamLog) -> Result<()> {
+        let synced = self
+            .files
+            .iter()
+            .try_for_each(|f| f.sync())
+            .and_then(|()| self.dirs.iter().try_for_each(|d| sync_dir(d)));
+        synced.map_err(|e| log.writer.lock().poison(e))
+    }
+}
+
 /// The writer's private state.
 struct Writer {
     active: Arc<SegmentFile>,
@@ -517,17 +541,51 @@ impl StreamLog {
     /// its next `truncate_prefix`, which may then delete the segments it no
     /// longer needs.
     pub fn sync(&self) -> Result<StreamCheckpoint> {
+        let pending = self.begin_sync()?;
+        pending.run(self)?;
+        let checkpoint = pending.checkpoint.clone();
+        self.synced(&checkpoint);
+        Ok(checkpoint)
+    }
+
+    /// [`StreamLog::sync`] in three steps, so that a checkpoint's fsyncs run on another
+    /// thread while appends go on: `begin_sync` (under the writer lock, no I/O but the
+    /// staged bytes' write) fixes the position to make durable and takes the files
+    /// written since the last sync; [`PendingSync::run`] fsyncs them (no lock held);
+    /// [`StreamLog::synced`], once the caller's checkpoint naming the position is durable,
+    /// lets `truncate_prefix` delete what that checkpoint no longer needs. One pending
+    /// sync at a time per log: the next `begin_sync` comes after this one ran.
+    pub fn begin_sync(&self) -> Result<PendingSync> {
         let mut w = self.writer.lock();
         w.check()?;
         self.write_staged(&mut w)?;
-        self.sync_files(&mut w).map_err(|e| w.poison(e))?;
-        let checkpoint = StreamCheckpoint {
-            first_offset: self.index.read().first_offset,
-            segment_base: w.active.base(),
-            segment_len: w.active_len,
-        };
-        w.durable_base = checkpoint.segment_base;
-        Ok(checkpoint)
+        let mut files = std::mem::take(&mut w.sealed_unsynced);
+        if std::mem::take(&mut w.active_unsynced) {
+            files.push(Arc::clone(&w.active));
+        }
+        let mut dirs = Vec::new();
+        if std::mem::take(&mut w.dir_unsynced) {
+            dirs.push(self.dir.clone());
+        }
+        if std::mem::take(&mut w.parent_unsynced) {
+            dirs.push(parent_dir(&self.dir).to_path_buf());
+        }
+        Ok(PendingSync {
+            files,
+            dirs,
+            checkpoint: StreamCheckpoint {
+                first_offset: self.index.read().first_offset,
+                segment_base: w.active.base(),
+                segment_len: w.active_len,
+            },
+        })
+    }
+
+    /// A checkpoint naming `checkpoint` (from this log's [`StreamLog::begin_sync`]) is
+    /// durable: segments below it may go.
+    pub fn synced(&self, checkpoint: &StreamCheckpoint) {
+        let mut w = self.writer.lock();
+        w.durable_base = w.durable_base.max(checkpoint.segment_base);
     }
 
     /// Writes back (fdatasync) what was appended so far without holding
@@ -552,26 +610,6 @@ impl StreamLog {
             if let Err(e) = file.sync() {
                 return Err(self.writer.lock().poison(e));
             }
-        }
-        Ok(())
-    }
-
-    fn sync_files(&self, w: &mut Writer) -> Result<()> {
-        for file in &w.sealed_unsynced {
-            file.sync()?;
-        }
-        w.sealed_unsynced.clear();
-        if w.active_unsynced {
-            w.active.sync()?;
-            w.active_unsynced = false;
-        }
-        if w.dir_unsynced {
-            sync_dir(&self.dir)?;
-            w.dir_unsynced = false;
-        }
-        if w.parent_unsynced {
-            sync_dir(parent_dir(&self.dir))?;
-            w.parent_unsynced = false;
         }
         Ok(())
     }

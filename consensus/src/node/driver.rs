@@ -185,6 +185,9 @@ pub(crate) struct Driver<SM: StateMachine> {
     /// must be caught up from a snapshot, which carries the configuration, never from the
     /// log's first entry (the bootstrap configuration is not in the log).
     checkpoint_due: bool,
+    /// A checkpoint whose I/O runs off this thread ([`StateMachine::start_checkpoint`]): the
+    /// applied index it covers and the time this thread spent starting it.
+    checkpoint_running: Option<(u64, std::time::Duration)>,
     /// Requests went back to parked while a Ready was being processed; they are sent once
     /// it is done.
     requeued: bool,
@@ -229,6 +232,7 @@ impl<SM: StateMachine> Driver<SM> {
             since_checkpoint: 0,
             since_checkpoint_bytes: 0,
             checkpoint_due: false,
+            checkpoint_running: None,
             requeued: false,
             poisoned: None,
             leader_seen: 0,
@@ -863,7 +867,10 @@ impl<SM: StateMachine> Driver<SM> {
         if self.poisoned.is_some() {
             return;
         }
-        if let Err(e) = self.process_ready() {
+        if let Err(e) = self
+            .process_ready()
+            .and_then(|()| self.poll_checkpoint(false))
+        {
             self.poison(e);
         }
         let leader = self.raw.raft.leader_id;
@@ -923,11 +930,12 @@ impl<SM: StateMachine> Driver<SM> {
             self.raw.advance_apply();
             self.finish_reads();
 
-            if self.since_checkpoint >= self.config.checkpoint_entries
-                || self.since_checkpoint_bytes >= self.config.checkpoint_bytes
-                || mem::take(&mut self.checkpoint_due)
-            {
+            if mem::take(&mut self.checkpoint_due) {
                 self.checkpoint()?;
+            } else if self.since_checkpoint >= self.config.checkpoint_entries
+                || self.since_checkpoint_bytes >= self.config.checkpoint_bytes
+            {
+                self.start_checkpoint()?;
             }
         }
         if self.raw.store().take_snapshot_wanted() {
@@ -1157,6 +1165,7 @@ impl<SM: StateMachine> Driver<SM> {
             .restore(meta.index, meta.term, &data.state)
             .map_err(Error::StateMachine)?;
         self.raw.mut_store().install_snapshot(&meta)?;
+        self.checkpoint_running = None;
         self.applied = meta.index;
         self.since_checkpoint = 0;
         self.since_checkpoint_bytes = 0;
@@ -1203,6 +1212,7 @@ impl<SM: StateMachine> Driver<SM> {
     /// snapshot of the state for raft to send.
     fn build_snapshot(&mut self) -> Result<()> {
         let (index, state) = self.sm.snapshot().map_err(Error::StateMachine)?;
+        self.checkpoint_running = None;
         Metrics::add(&self.metrics.checkpoints, 1);
         self.since_checkpoint = 0;
         self.since_checkpoint_bytes = 0;
@@ -1232,17 +1242,77 @@ impl<SM: StateMachine> Driver<SM> {
         Ok(())
     }
 
-    /// Checkpoints the state machine and compacts the log up to what the checkpoint covers.
+    /// Checkpoints the state machine and compacts the log up to what the checkpoint covers,
+    /// before returning (after the checkpoint in flight, if any).
     fn checkpoint(&mut self) -> Result<()> {
         let started = std::time::Instant::now();
         let covered = self.sm.checkpoint().map_err(Error::StateMachine)?;
+        // the state machine finished the one in flight first
+        self.checkpoint_running = None;
         Metrics::add(&self.metrics.checkpoints, 1);
         self.since_checkpoint = 0;
         self.since_checkpoint_bytes = 0;
-        let deleted = self.raw.mut_store().compact(covered.min(self.applied))?;
+        self.compact(covered)?;
         self.metrics
             .checkpoint_micros
             .observe(started.elapsed().as_micros() as u64);
+        Ok(())
+    }
+
+    /// The periodic checkpoint: its I/O runs off this thread while entries go on being
+    /// written and applied; [`Driver::poll_checkpoint`] compacts the log once it is durable.
+    /// One at a time: if the last one is still running, this waits for it first, which
+    /// bounds the entries held in memory to twice the checkpoint interval.
+    fn start_checkpoint(&mut self) -> Result<()> {
+        if self.checkpoint_running.is_some() {
+            self.poll_checkpoint(true)?;
+        }
+        let started = std::time::Instant::now();
+        let at = self.applied;
+        let done = self.sm.start_checkpoint().map_err(Error::StateMachine)?;
+        self.since_checkpoint = 0;
+        self.since_checkpoint_bytes = 0;
+        match done {
+            Some(covered) => {
+                Metrics::add(&self.metrics.checkpoints, 1);
+                self.compact(covered)?;
+                self.metrics
+                    .checkpoint_micros
+                    .observe(started.elapsed().as_micros() as u64);
+            }
+            None => self.checkpoint_running = Some((at, started.elapsed())),
+        }
+        Ok(())
+    }
+
+    /// Compacts the log up to a checkpoint the state machine made durable since the last
+    /// call (`wait`: after the one in flight is done). The checkpoint time observed is
+    /// what this thread spent on it: starting it and compacting, not the I/O in between.
+    fn poll_checkpoint(&mut self, wait: bool) -> Result<()> {
+        let started = std::time::Instant::now();
+        let Some(covered) = self
+            .sm
+            .finished_checkpoint(wait)
+            .map_err(Error::StateMachine)?
+        else {
+            return Ok(());
+        };
+        self.compact(covered)?;
+        if let Some((at, spent)) = self.checkpoint_running {
+            if covered >= at {
+                self.checkpoint_running = None;
+                Metrics::add(&self.metrics.checkpoints, 1);
+                self.metrics
+                    .checkpoint_micros
+                    .observe((spent + started.elapsed()).as_micros() as u64);
+            }
+        }
+        Ok(())
+    }
+
+    /// Compacts the log up to `covered`, a durable checkpoint's index.
+    fn compact(&mut self, covered: u64) -> Result<()> {
+        let deleted = self.raw.mut_store().compact(covered.min(self.applied))?;
         tracing::debug!(covered, deleted, "checkpointed and compacted the Raft log");
         Ok(())
     }
@@ -1281,7 +1351,7 @@ impl<SM: StateMachine> Driver<SM> {
                 if self.since_checkpoint > 0 {
                     self.checkpoint()
                 } else {
-                    Ok(())
+                    self.poll_checkpoint(true)
                 }
             });
             if let Err(e) = result {

@@ -496,3 +496,178 @@ fn handle_is_send_sync_and_cheap_to_clone() {
     fn assert_send_sync<T: Send + Sync + Clone>() {}
     assert_send_sync::<NodeHandle<Vec<u8>>>();
 }
+
+/// A gate a test opens: until then, whatever waits on it waits.
+#[derive(Clone, Default)]
+struct Gate(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    fn wait(&self) {
+        let (open, cv) = &*self.0;
+        let mut open = open.lock().unwrap();
+        while !*open {
+            open = cv.wait(open).unwrap();
+        }
+    }
+
+    fn open(&self) {
+        let (open, cv) = &*self.0;
+        *open.lock().unwrap() = true;
+        cv.notify_all();
+    }
+}
+
+/// A [`Recorder`] whose checkpoints' I/O waits for a [`Gate`]: a periodic one on a thread
+/// of its own ([`StateMachine::start_checkpoint`]), a synchronous one inline.
+struct Gated {
+    inner: Recorder,
+    gate: Gate,
+    running: Option<std::thread::JoinHandle<u64>>,
+    done: Option<u64>,
+}
+
+impl Gated {
+    /// The "I/O": what `memory` held at the start becomes the checkpoint, once the gate opens.
+    fn job(&self) -> impl FnOnce() -> u64 + Send + 'static {
+        let (disk, gate) = (self.inner.disk.clone(), self.gate.clone());
+        let applied = self.inner.memory();
+        let skipped = self.inner.skipped.load(Ordering::SeqCst);
+        move || {
+            gate.wait();
+            let mut disk = disk.lock().unwrap();
+            let last = applied.last().map_or(0, |(i, _)| *i).max(skipped);
+            disk.applied = applied;
+            disk.index = disk.index.max(last);
+            disk.index
+        }
+    }
+
+    fn join(&mut self) {
+        if let Some(running) = self.running.take() {
+            self.done = Some(running.join().unwrap());
+        }
+    }
+}
+
+impl StateMachine for Gated {
+    type Response = (u64, Vec<u8>);
+
+    fn apply(
+        &mut self,
+        index: u64,
+        command: &Bytes,
+    ) -> std::result::Result<Self::Response, String> {
+        self.inner.apply(index, command)
+    }
+
+    fn skip(&mut self, index: u64) {
+        self.inner.skip(index)
+    }
+
+    fn applied_index(&self) -> u64 {
+        self.inner.applied_index()
+    }
+
+    fn checkpoint(&mut self) -> std::result::Result<u64, String> {
+        self.join();
+        self.done = None;
+        Ok(self.job()())
+    }
+
+    fn start_checkpoint(&mut self) -> std::result::Result<Option<u64>, String> {
+        self.join();
+        self.running = Some(std::thread::spawn(self.job()));
+        Ok(None)
+    }
+
+    fn finished_checkpoint(&mut self, wait: bool) -> std::result::Result<Option<u64>, String> {
+        if wait || self.running.as_ref().is_some_and(|r| r.is_finished()) {
+            self.join();
+        }
+        Ok(self.done.take())
+    }
+
+    fn snapshot(&mut self) -> std::result::Result<(u64, Vec<u8>), String> {
+        self.join();
+        self.gate.wait();
+        self.inner.snapshot()
+    }
+
+    fn restore(&mut self, index: u64, term: u64, data: &[u8]) -> std::result::Result<(), String> {
+        self.join();
+        self.inner.restore(index, term, data)
+    }
+
+    fn snapshot_point(&self) -> Option<(u64, u64)> {
+        self.inner.snapshot_point()
+    }
+}
+
+/// Commits go on while a checkpoint's I/O is in flight, and the log is compacted only once
+/// it is durable; a second checkpoint waits for the first (the bound on the entries held in
+/// memory). Fails with the checkpoint run on the node's thread (as before `start_checkpoint`):
+/// the first commit after the checkpoint began never comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commits_go_on_while_a_checkpoint_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.checkpoint_entries = 20;
+    let recorder = Recorder::new();
+    let gate = Gate::default();
+    let sm = Gated {
+        inner: recorder.clone(),
+        gate: gate.clone(),
+        running: None,
+        done: None,
+    };
+    let node = start(config, sm).unwrap();
+    // the first checkpoint starts at the 20th applied entry; 30 commits come while its
+    // I/O waits at the gate
+    for i in 0..30u32 {
+        let proposed = node.propose(i.to_be_bytes().to_vec());
+        let (index, _) = tokio::time::timeout(Duration::from_secs(10), proposed)
+            .await
+            .unwrap_or_else(|_| panic!("commit {i} waited for the checkpoint's I/O"))
+            .unwrap();
+        assert!(index > 0);
+    }
+    assert_eq!(
+        Metrics::get(&node.metrics().checkpoints),
+        0,
+        "none durable yet"
+    );
+    assert_eq!(recorder.disk.lock().unwrap().index, 0);
+    // the 40th entry makes the next checkpoint due: it waits for the first
+    let more = {
+        let node = node.clone();
+        tokio::spawn(async move {
+            for i in 30..45u32 {
+                node.propose(i.to_be_bytes().to_vec()).await.unwrap();
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !more.is_finished(),
+        "a second checkpoint began before the first was durable"
+    );
+    gate.open();
+    tokio::time::timeout(Duration::from_secs(10), more)
+        .await
+        .expect("commits resume once the checkpoint is durable")
+        .unwrap();
+    let covered = recorder.disk.lock().unwrap().index;
+    assert!(
+        covered >= 20,
+        "the first checkpoint covers its 20 entries: {covered}"
+    );
+    assert!(Metrics::get(&node.metrics().checkpoints) >= 1);
+    assert_eq!(
+        node.metrics().checkpoint_micros.snapshot().count,
+        Metrics::get(&node.metrics().checkpoints)
+    );
+    assert_eq!(recorder.memory().len(), 45);
+    node.shutdown().await;
+    // a clean shutdown leaves everything checkpointed
+    assert_eq!(recorder.disk.lock().unwrap().applied.len(), 45);
+}

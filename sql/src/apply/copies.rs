@@ -20,9 +20,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sluice_storage::{StreamCheckpoint, StreamLog, StreamLogOptions};
+use sluice_storage::{PendingSync, StreamCheckpoint, StreamLog, StreamLogOptions};
 
 use super::{check_target, Applied, Database, STREAMS_DIR};
 use crate::command::{CopyAbort, CopyChunk, CopyCommit, OpOutcome};
@@ -31,7 +32,7 @@ use crate::error::{sqlstate, Error};
 /// One open staged copy.
 pub(super) struct StagedCopy {
     pub(super) stream_id: u64,
-    pub(super) log: StreamLog,
+    pub(super) log: Arc<StreamLog>,
     /// Proposed time of the command that staged its last chunk (µs).
     pub(super) last_ts_micros: i64,
     pub(super) idle_timeout_ms: u64,
@@ -69,7 +70,7 @@ pub(super) fn open_copies(
             c.id,
             StagedCopy {
                 stream_id: c.stream_id,
-                log,
+                log: Arc::new(log),
                 last_ts_micros: c.last_ts_micros,
                 idle_timeout_ms: c.idle_timeout_ms,
             },
@@ -116,20 +117,25 @@ impl Database {
         }
     }
 
-    /// The record of every open copy, each synced first.
-    pub(super) fn checkpoint_copies(&self) -> Result<Vec<CheckpointedCopy>, String> {
-        self.copies
-            .iter()
-            .map(|(id, c)| {
-                Ok(CheckpointedCopy {
-                    id: *id,
-                    stream_id: c.stream_id,
-                    last_ts_micros: c.last_ts_micros,
-                    idle_timeout_ms: c.idle_timeout_ms,
-                    position: c.log.sync().map_err(|e| e.to_string())?,
-                })
-            })
-            .collect()
+    /// The record of every open copy, at positions its pending sync (pushed onto `syncs`)
+    /// makes durable.
+    pub(super) fn checkpoint_copies(
+        &self,
+        syncs: &mut Vec<(Arc<StreamLog>, PendingSync)>,
+    ) -> Result<Vec<CheckpointedCopy>, String> {
+        let mut copies = Vec::new();
+        for (id, c) in &self.copies {
+            let pending = c.log.begin_sync().map_err(|e| e.to_string())?;
+            copies.push(CheckpointedCopy {
+                id: *id,
+                stream_id: c.stream_id,
+                last_ts_micros: c.last_ts_micros,
+                idle_timeout_ms: c.idle_timeout_ms,
+                position: pending.checkpoint.clone(),
+            });
+            syncs.push((Arc::clone(&c.log), pending));
+        }
+        Ok(copies)
     }
 
     /// The directories of open copies (for a Raft snapshot, and as directories a
@@ -203,7 +209,7 @@ impl Database {
                 id,
                 StagedCopy {
                     stream_id: c.stream_id,
-                    log,
+                    log: Arc::new(log),
                     last_ts_micros: ts_micros,
                     idle_timeout_ms: c.idle_timeout_ms,
                 },

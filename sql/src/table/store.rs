@@ -8,7 +8,11 @@
 //!   the table rows on disk always match the applied index next to them;
 //!   commands after it are applied again from the Raft log on restart, as
 //!   for streams. Nothing is ever applied twice or half.
-//! - Only the state machine writes (apply and checkpoint, one thread).
+//! - Only the state machine writes: applies on its thread, and a checkpoint's
+//!   durable transaction of the view taken when it began (on the checkpoint
+//!   thread, one at a time), which then drops from the delta only entries
+//!   still as it wrote them (a later write has a later version) and makes
+//!   the new file the base, in one step under the live view's lock.
 //! - A [`Snapshot`] is the redb read transaction of the last checkpoint plus
 //!   an immutable copy of the delta (a persistent map: copying is O(1)), so
 //!   readers see one applied index, never block the writer, and keep seeing
@@ -88,6 +92,11 @@ fn storage_err(e: impl std::fmt::Display) -> Error {
 
 fn redb_name(table: u64) -> String {
     format!("t{table}")
+}
+
+/// What one delta entry counts toward [`TableStore::delta_bytes`].
+fn delta_entry_bytes(key: &[u8], row: Option<&RowBytes>) -> usize {
+    key.len() + row.map_or(0, |r| r.len()) + 48
 }
 
 fn decode_versioned(bytes: &[u8]) -> Result<Versioned> {
@@ -243,7 +252,7 @@ impl TableStore {
                 v.last_delete = index;
             }
             live.versions.insert(w.table, v);
-            added += w.key.len() + w.row.as_ref().map(|r| r.len()).unwrap_or(0) + 48;
+            added += delta_entry_bytes(&w.key, w.row.as_ref());
             let row = w.row.map(|row| Versioned {
                 version: index,
                 row,
@@ -308,7 +317,19 @@ impl TableStore {
     /// Make the delta durable together with `record` (the checkpoint), in
     /// one fsynced redb transaction, and drop the tables in `dropped`.
     pub fn checkpoint(&self, index: u64, record: &[u8], dropped: &[u64]) -> Result<()> {
-        let live = self.snapshot();
+        self.checkpoint_as_of(&self.snapshot(), index, record, dropped)
+    }
+
+    /// [`TableStore::checkpoint`] of the view `live` (taken when the checkpoint began, at
+    /// `index`) while applies go on: the delta keeps what changed after it. Runs on the
+    /// checkpoint thread; one at a time.
+    pub fn checkpoint_as_of(
+        &self,
+        live: &Snapshot,
+        index: u64,
+        record: &[u8],
+        dropped: &[u64],
+    ) -> Result<()> {
         let txn = self.db.begin_write().map_err(storage_err)?;
         {
             let mut current: Option<(u64, RowTable)> = None;
@@ -338,18 +359,21 @@ impl TableStore {
                 txn.delete_table(def).map_err(storage_err)?;
             }
         }
-        let mut live = self.commit_with_record(txn, record)?;
+        let mut live = self.commit_with_record(txn, record, Some(&live.delta))?;
         live.index = live.index.max(index);
         Ok(())
     }
 
     /// Stores `record` as the checkpoint record in `txn`, commits it (durably), and makes the
-    /// live view read the new file with an empty delta. Returns the live view, still locked,
-    /// for the caller to set its index.
+    /// live view read the new file. The delta keeps what the file does not hold: with
+    /// `written` (the delta the transaction wrote), every entry still as it was there goes,
+    /// and what changed since stays; without, the whole delta goes. Returns the live view,
+    /// still locked, for the caller to set its index.
     fn commit_with_record(
         &self,
         txn: redb::WriteTransaction,
         record: &[u8],
+        written: Option<&OrdMap<DeltaKey, Option<Versioned>>>,
     ) -> Result<parking_lot::RwLockWriteGuard<'_, Snapshot>> {
         {
             let mut meta = txn.open_table(META).map_err(storage_err)?;
@@ -358,10 +382,36 @@ impl TableStore {
         txn.commit().map_err(storage_err)?;
         let base = self.db.begin_read().map_err(storage_err)?;
         let mut live = self.live.write();
-        live.delta = OrdMap::new();
+        match written {
+            Some(written) => {
+                let mut kept = std::mem::take(&mut live.delta);
+                for (key, old) in written.iter() {
+                    // equal versions are the same write (a version is the Raft index that
+                    // wrote the row); a delete stays deleted in the file either way
+                    let same = match (kept.get(key), old) {
+                        (Some(Some(now)), Some(old)) => now.version == old.version,
+                        (Some(None), None) => true,
+                        _ => false,
+                    };
+                    if same {
+                        kept.remove(key);
+                    }
+                }
+                let bytes = kept
+                    .iter()
+                    .map(|((_, key), v)| delta_entry_bytes(key, v.as_ref().map(|v| &v.row)))
+                    .sum();
+                live.delta = kept;
+                self.delta_bytes
+                    .store(bytes, std::sync::atomic::Ordering::Relaxed);
+            }
+            None => {
+                live.delta = OrdMap::new();
+                self.delta_bytes
+                    .store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         live.base = Arc::new(base);
-        self.delta_bytes
-            .store(0, std::sync::atomic::Ordering::Relaxed);
         Ok(live)
     }
 }
@@ -413,7 +463,7 @@ impl TableStore {
                 }
             }
         }
-        let mut live = self.commit_with_record(txn, record)?;
+        let mut live = self.commit_with_record(txn, record, None)?;
         live.index = index;
         live.versions = versions.into_iter().collect();
         Ok(())
