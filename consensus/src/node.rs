@@ -77,6 +77,12 @@ pub trait StateMachine: Send + 'static {
         let _ = wait;
         Ok(None)
     }
+    /// The state machine has work only a checkpoint finishes (files of dropped streams to
+    /// delete once a checkpoint without them is durable): the node starts one as soon as
+    /// none is in flight, before the interval is reached.
+    fn checkpoint_wanted(&self) -> bool {
+        false
+    }
     /// Checkpoint, then serialize the whole state as of the index returned, for a follower
     /// that is behind the log's compaction point.
     fn snapshot(&mut self) -> std::result::Result<(u64, Vec<u8>), String>;

@@ -20,9 +20,9 @@
 //! - Table writes are validated with the rest of the command: a read that
 //!   changed since the transaction's snapshot (40001), a duplicate key
 //!   (23505) or a dropped table fails the whole command.
-//! - Dropping or truncating a stream checkpoints before deleting files, so
-//!   a recovered checkpoint never points at a deleted segment (a drop
-//!   after its whole command, a truncation before itself).
+//! - A recovered checkpoint never points at a deleted segment: a dropped
+//!   stream's files go once a checkpoint after its whole command is durable
+//!   (`apply/checkpoint.rs`), a truncation checkpoints before itself.
 //! - A table a command creates can be written later in the same command
 //!   (a transaction block's DDL): the write names it by a local id
 //!   ([`crate::block_catalog::LOCAL_ID_BASE`] + the position of its
@@ -284,6 +284,9 @@ pub struct Database {
     /// Directories of streams the command being applied dropped: removed once a
     /// checkpoint taken after the whole command no longer names them.
     dropped_streams: Vec<PathBuf>,
+    /// Directories of streams and copies dropped by commands applied whole: the next
+    /// checkpoint deletes them once it is durable.
+    doomed: Vec<PathBuf>,
     /// See [`CheckpointFile::snapshot_point`].
     snapshot_point: Option<(u64, u64)>,
     /// Open staged COPYs by id (see `apply/copies.rs`).
@@ -334,6 +337,7 @@ impl Database {
             tables: Arc::new(tables),
             dropped_tables: Vec::new(),
             dropped_streams: Vec::new(),
+            doomed: Vec::new(),
             snapshot_point: cp.snapshot_point,
             next_oid,
             dir: dir.to_path_buf(),
@@ -425,6 +429,8 @@ impl Database {
     /// durable transaction, then the catalog is rebuilt from that record.
     fn restore_snapshot(&mut self, index: u64, term: u64, data: &[u8]) -> Result<(), String> {
         self.collect_checkpoint(true)?;
+        // every stream directory is replaced: nothing dropped here is left to delete
+        self.doomed.clear();
         self.catalog.begin_restore();
         let restored = self.restore_snapshot_files(index, term, data);
         self.catalog.end_restore();
@@ -840,25 +846,16 @@ impl Database {
             self.expire_copies(cmd.ts_micros);
         }
         let result = self.apply_ops(index, cmd)?;
-        self.remove_dropped_streams(index)?;
+        self.remove_dropped_streams();
         Ok(result)
     }
 
-    /// The files of streams the command at `index` dropped go, after a checkpoint of the
-    /// state the whole command left (a recovered checkpoint never names a deleted segment,
-    /// and never holds half a command).
-    fn remove_dropped_streams(&mut self, index: u64) -> Result<(), String> {
-        if self.dropped_streams.is_empty() {
-            return Ok(());
-        }
-        self.write_checkpoint(index)?;
-        let _deleting = self.catalog.stream_file_deletions();
-        for path in std::mem::take(&mut self.dropped_streams) {
-            if let Err(e) = fs::remove_dir_all(&path) {
-                tracing::warn!(path = %path.display(), "could not remove dropped stream: {e}");
-            }
-        }
-        Ok(())
+    /// The files of streams (and copies) the command dropped go once a checkpoint of the
+    /// state the whole command left is durable (a recovered checkpoint never names a deleted
+    /// segment, and never holds half a command): the next checkpoint deletes them, and the
+    /// node starts one at once ([`StateMachine::checkpoint_wanted`]).
+    fn remove_dropped_streams(&mut self) {
+        self.doomed.append(&mut self.dropped_streams);
     }
 
     fn apply_ops(&mut self, index: u64, cmd: Command) -> Result<CommandResult, String> {
@@ -1383,6 +1380,10 @@ impl StateMachine for Database {
         self.collect_checkpoint(wait)
     }
 
+    fn checkpoint_wanted(&self) -> bool {
+        !self.doomed.is_empty()
+    }
+
     fn snapshot(&mut self) -> Result<(u64, Vec<u8>), String> {
         self.take_snapshot()
     }
@@ -1558,7 +1559,13 @@ mod tests {
         let u = db.catalog.table("u").unwrap().def.id;
         assert_eq!(u, 2 * 1024 + 1 + 1);
         assert!(db.tables.snapshot().get(u, &key(7)).unwrap().is_some());
-        assert!(db.catalog.get("s").is_none() && !s_dir.exists());
+        // the dropped stream's files go with the next checkpoint, which the node starts now
+        assert!(db.catalog.get("s").is_none() && s_dir.exists());
+        assert!(db.checkpoint_wanted());
+        assert_eq!(StateMachine::start_checkpoint(&mut db), Ok(None));
+        assert!(!db.checkpoint_wanted());
+        assert_eq!(db.finished_checkpoint(true), Ok(Some(2)));
+        assert!(!s_dir.exists());
         assert!(db.tables.snapshot().get(gone, &key(5)).unwrap().is_none());
         // a local id must name a CreateTable op before the write, of the same name
         let bad = vec![create("v"), local_write("w", 0, 1, 1)];
@@ -1573,7 +1580,7 @@ mod tests {
         let ops = vec![again, local_write("u", 0, 8, 80)];
         assert_eq!(code(run(&mut db, 5, 0, vec![], ops)), "40001");
         assert!(db.catalog.table("v").is_none());
-        // the checkpoint the drop took holds the whole command, table rows included
+        // the checkpoint after the drop holds the whole command, table rows included
         drop(db);
         let db = open(dir.path());
         assert_eq!(db.applied_index(), 2);

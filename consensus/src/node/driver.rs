@@ -870,6 +870,7 @@ impl<SM: StateMachine> Driver<SM> {
         if let Err(e) = self
             .process_ready()
             .and_then(|()| self.poll_checkpoint(false))
+            .and_then(|()| self.wanted_checkpoint())
         {
             self.poison(e);
         }
@@ -1306,6 +1307,15 @@ impl<SM: StateMachine> Driver<SM> {
                     .checkpoint_micros
                     .observe((spent + started.elapsed()).as_micros() as u64);
             }
+        }
+        Ok(())
+    }
+
+    /// Starts a checkpoint the state machine asked for, unless one is in flight (it asks
+    /// again after).
+    fn wanted_checkpoint(&mut self) -> Result<()> {
+        if self.checkpoint_running.is_none() && self.sm.checkpoint_wanted() {
+            self.start_checkpoint()?;
         }
         Ok(())
     }

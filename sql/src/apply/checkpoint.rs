@@ -13,12 +13,16 @@
 //!
 //! Invariants:
 //! - At most one checkpoint is in flight. Whatever needs a checkpoint done — one taken
-//!   synchronously (a dropped stream's files are about to go, the tables' delta is too big,
-//!   a Raft snapshot, shutdown) or a restore — first waits for the one in flight.
+//!   synchronously (the tables' delta is too big, a Raft snapshot, a backup, shutdown) or
+//!   a restore — first waits for the one in flight.
 //! - Applies go on while a checkpoint runs; nothing they write is in it: stream positions
 //!   and the tables' view are fixed at begin, and the delta keeps what changed after it.
-//! - Files are deleted only after a synchronous checkpoint (dropped streams, ended copies),
-//!   so a running checkpoint never fsyncs a directory that is gone.
+//! - The files of dropped streams and ended copies are deleted by the first checkpoint
+//!   begun after the command that dropped them, once its record (which no longer names
+//!   them) is durable; the state machine asks the node for that checkpoint at once
+//!   (`checkpoint_wanted`). So a recovered record never names a deleted file, and a running
+//!   checkpoint never fsyncs a directory that is gone (one in flight holds no doomed
+//!   directory's sync: a stream or copy is dropped only after it was begun).
 //! - A checkpoint that fails poisons the node (the failure is returned to it), as before:
 //!   the record on disk is the previous one, still whole.
 
@@ -30,6 +34,7 @@ use std::thread::JoinHandle;
 use sluice_storage::{PendingSync, StreamLog};
 
 use super::{CheckpointFile, CheckpointedStream, Database, LEGACY_CHECKPOINT_FILE};
+use crate::catalog::Catalog;
 use crate::definition::CONSUMER_OFFSETS;
 use crate::table::store::{Snapshot, TableStore};
 
@@ -43,6 +48,10 @@ pub(super) struct Job {
     dropped_tables: Vec<u64>,
     legacy_file: PathBuf,
     snapshot_point: Option<(u64, u64)>,
+    /// Directories of streams and copies dropped at or before `index`: deleted once the
+    /// record no longer names them.
+    doomed: Vec<PathBuf>,
+    catalog: Arc<Catalog>,
 }
 
 impl Job {
@@ -57,6 +66,14 @@ impl Job {
         if self.legacy_file.exists() {
             fs::remove_file(&self.legacy_file)
                 .map_err(|e| format!("{}: {e}", self.legacy_file.display()))?;
+        }
+        if !self.doomed.is_empty() {
+            let _deleting = self.catalog.stream_file_deletions();
+            for path in &self.doomed {
+                if let Err(e) = fs::remove_dir_all(path) {
+                    tracing::warn!(path = %path.display(), "could not remove a dropped stream: {e}");
+                }
+            }
         }
         Ok(())
     }
@@ -174,6 +191,8 @@ impl Database {
             dropped_tables: std::mem::take(&mut self.dropped_tables),
             legacy_file: self.dir.join(LEGACY_CHECKPOINT_FILE),
             snapshot_point: file.snapshot_point,
+            doomed: std::mem::take(&mut self.doomed),
+            catalog: Arc::clone(&self.catalog),
         })
     }
 
