@@ -3,8 +3,8 @@
 //! A checkpoint at applied index `i` is three steps:
 //! 1. begin (state-machine thread, no waiting on the disk): prune expired dedup keys, fix
 //!    every stream's and open copy's position at `i` ([`StreamLog::begin_sync`]: it takes
-//!    the files written since the last sync), take the tables' view at `i` (O(1)) and build
-//!    the record;
+//!    the files written since the last sync), take the tables' view at `i` (O(1):
+//!    [`TableStore::begin_checkpoint`]) and build the record;
 //! 2. run (the `sluice-checkpoint` thread, or inline when the caller needs it done): fsync
 //!    those files, then write the tables' view and the record in one durable redb
 //!    transaction ([`TableStore::checkpoint_as_of`]);
@@ -187,7 +187,7 @@ impl Database {
             record: serde_json::to_vec(&file).map_err(|e| e.to_string())?,
             syncs,
             tables: Arc::clone(&self.tables),
-            view: self.tables.snapshot(),
+            view: self.tables.begin_checkpoint(),
             dropped_tables: std::mem::take(&mut self.dropped_tables),
             legacy_file: self.dir.join(LEGACY_CHECKPOINT_FILE),
             snapshot_point: file.snapshot_point,

@@ -10,9 +10,10 @@
 //!   for streams. Nothing is ever applied twice or half.
 //! - Only the state machine writes: applies on its thread, and a checkpoint's
 //!   durable transaction of the view taken when it began (on the checkpoint
-//!   thread, one at a time), which then drops from the delta only entries
-//!   still as it wrote them (a later write has a later version) and makes
-//!   the new file the base, in one step under the live view's lock.
+//!   thread, one at a time). While it runs, applies also record what they
+//!   change in a second persistent map; once the file holds the view, that
+//!   map becomes the delta and the file the base, in one O(1) step under the
+//!   live view's lock (readers never wait for a checkpoint).
 //! - A [`Snapshot`] is the redb read transaction of the last checkpoint plus
 //!   an immutable copy of the delta (a persistent map: copying is O(1)), so
 //!   readers see one applied index, never block the writer, and keep seeing
@@ -197,9 +198,19 @@ impl Snapshot {
 /// The table store of one data directory.
 pub struct TableStore {
     db: redb::Database,
-    live: RwLock<Snapshot>,
+    live: RwLock<Live>,
     /// Approximate bytes held by the delta (a checkpoint empties it).
     delta_bytes: std::sync::atomic::AtomicUsize,
+}
+
+/// The store's current state, under one lock.
+struct Live {
+    view: Snapshot,
+    /// While a checkpoint is being written: the delta entries changed since it began,
+    /// which are what the delta keeps once the file holds the rest.
+    since_begin: Option<OrdMap<DeltaKey, Option<Versioned>>>,
+    /// Approximate bytes of `since_begin`.
+    since_begin_bytes: usize,
 }
 
 impl std::fmt::Debug for TableStore {
@@ -217,12 +228,16 @@ impl TableStore {
         let checkpoint = checkpoint_record(&base)?;
         let store = TableStore {
             db,
-            live: RwLock::new(Snapshot {
-                index: 0,
-                delta: OrdMap::new(),
-                versions: OrdMap::new(),
-                retired: OrdMap::new(),
-                base: Arc::new(base),
+            live: RwLock::new(Live {
+                view: Snapshot {
+                    index: 0,
+                    delta: OrdMap::new(),
+                    versions: OrdMap::new(),
+                    retired: OrdMap::new(),
+                    base: Arc::new(base),
+                },
+                since_begin: None,
+                since_begin_bytes: 0,
             }),
             delta_bytes: Default::default(),
         };
@@ -231,19 +246,24 @@ impl TableStore {
 
     /// Set what the checkpoint said (at open): its index and table versions.
     pub fn restore(&self, index: u64, versions: impl IntoIterator<Item = (u64, TableVersions)>) {
-        let mut live = self.live.write();
+        let live = &mut self.live.write().view;
         live.index = index;
         live.versions = versions.into_iter().collect();
     }
 
     /// A read view of every table as of now.
     pub fn snapshot(&self) -> Snapshot {
-        self.live.read().clone()
+        self.live.read().view.clone()
     }
 
     /// Apply the row changes of the command at `index` (already validated).
     pub fn apply(&self, index: u64, writes: Vec<Write>) {
-        let mut live = self.live.write();
+        let mut guard = self.live.write();
+        let Live {
+            view: live,
+            since_begin,
+            since_begin_bytes,
+        } = &mut *guard;
         let mut added = 0usize;
         for w in writes {
             let mut v = live.versions.get(&w.table).copied().unwrap_or_default();
@@ -252,12 +272,18 @@ impl TableStore {
                 v.last_delete = index;
             }
             live.versions.insert(w.table, v);
-            added += delta_entry_bytes(&w.key, w.row.as_ref());
+            let bytes = delta_entry_bytes(&w.key, w.row.as_ref());
+            added += bytes;
             let row = w.row.map(|row| Versioned {
                 version: index,
                 row,
             });
-            live.delta.insert((w.table, w.key), row);
+            let key = (w.table, w.key);
+            if let Some(since) = since_begin {
+                since.insert(key.clone(), row.clone());
+                *since_begin_bytes += bytes;
+            }
+            live.delta.insert(key, row);
         }
         live.index = index;
         self.delta_bytes
@@ -267,7 +293,7 @@ impl TableStore {
     /// The command at `index` changed what tables mean without writing rows (an index with
     /// no entries): snapshots from now on are at least at it.
     pub fn advance(&self, index: u64) {
-        let mut live = self.live.write();
+        let live = &mut self.live.write().view;
         live.index = live.index.max(index);
     }
 
@@ -275,13 +301,18 @@ impl TableStore {
     /// snapshots from now on say it is gone ([`Snapshot::retired`]).
     pub fn retire(&self, index: u64, id: u64) {
         self.reset_table(index, id);
-        self.live.write().retired.insert(id, ());
+        self.live.write().view.retired.insert(id, ());
     }
 
     /// A table was created or dropped at `index`: readers of it must
     /// notice (its versions restart; a dropped table's rows leave the delta).
     pub fn reset_table(&self, index: u64, table: u64) {
-        let mut live = self.live.write();
+        let mut guard = self.live.write();
+        let Live {
+            view: live,
+            since_begin,
+            ..
+        } = &mut *guard;
         let keys: Vec<DeltaKey> = live
             .delta
             .range((table, Vec::new())..(table + 1, Vec::new()))
@@ -289,6 +320,9 @@ impl TableStore {
             .collect();
         for k in keys {
             live.delta.remove(&k);
+            if let Some(since) = since_begin {
+                since.remove(&k);
+            }
         }
         live.versions.insert(
             table,
@@ -308,6 +342,7 @@ impl TableStore {
     pub fn versions(&self) -> Vec<(u64, TableVersions)> {
         self.live
             .read()
+            .view
             .versions
             .iter()
             .map(|(k, v)| (*k, *v))
@@ -317,12 +352,21 @@ impl TableStore {
     /// Make the delta durable together with `record` (the checkpoint), in
     /// one fsynced redb transaction, and drop the tables in `dropped`.
     pub fn checkpoint(&self, index: u64, record: &[u8], dropped: &[u64]) -> Result<()> {
-        self.checkpoint_as_of(&self.snapshot(), index, record, dropped)
+        self.checkpoint_as_of(&self.begin_checkpoint(), index, record, dropped)
     }
 
-    /// [`TableStore::checkpoint`] of the view `live` (taken when the checkpoint began, at
-    /// `index`) while applies go on: the delta keeps what changed after it. Runs on the
-    /// checkpoint thread; one at a time.
+    /// The view a checkpoint writes (at the applied index it covers); from now until it is
+    /// written, the store also keeps apart what changes (the delta it keeps after).
+    pub fn begin_checkpoint(&self) -> Snapshot {
+        let mut live = self.live.write();
+        live.since_begin = Some(OrdMap::new());
+        live.since_begin_bytes = 0;
+        live.view.clone()
+    }
+
+    /// [`TableStore::checkpoint`] of the view `live` from [`TableStore::begin_checkpoint`]
+    /// while applies go on: the delta keeps what changed after it. Runs on the checkpoint
+    /// thread; one at a time.
     pub fn checkpoint_as_of(
         &self,
         live: &Snapshot,
@@ -359,22 +403,20 @@ impl TableStore {
                 txn.delete_table(def).map_err(storage_err)?;
             }
         }
-        let mut live = self.commit_with_record(txn, record, Some(&live.delta))?;
+        let mut live = self.commit_with_record(txn, record)?;
         live.index = live.index.max(index);
         Ok(())
     }
 
     /// Stores `record` as the checkpoint record in `txn`, commits it (durably), and makes the
-    /// live view read the new file. The delta keeps what the file does not hold: with
-    /// `written` (the delta the transaction wrote), every entry still as it was there goes,
-    /// and what changed since stays; without, the whole delta goes. Returns the live view,
+    /// live view read the new file. The delta keeps what the file does not hold: what
+    /// changed since the checkpoint began, if one did, else nothing. Returns the live view,
     /// still locked, for the caller to set its index.
     fn commit_with_record(
         &self,
         txn: redb::WriteTransaction,
         record: &[u8],
-        written: Option<&OrdMap<DeltaKey, Option<Versioned>>>,
-    ) -> Result<parking_lot::RwLockWriteGuard<'_, Snapshot>> {
+    ) -> Result<parking_lot::MappedRwLockWriteGuard<'_, Snapshot>> {
         {
             let mut meta = txn.open_table(META).map_err(storage_err)?;
             meta.insert(CHECKPOINT_KEY, record).map_err(storage_err)?;
@@ -382,37 +424,14 @@ impl TableStore {
         txn.commit().map_err(storage_err)?;
         let base = self.db.begin_read().map_err(storage_err)?;
         let mut live = self.live.write();
-        match written {
-            Some(written) => {
-                let mut kept = std::mem::take(&mut live.delta);
-                for (key, old) in written.iter() {
-                    // equal versions are the same write (a version is the Raft index that
-                    // wrote the row); a delete stays deleted in the file either way
-                    let same = match (kept.get(key), old) {
-                        (Some(Some(now)), Some(old)) => now.version == old.version,
-                        (Some(None), None) => true,
-                        _ => false,
-                    };
-                    if same {
-                        kept.remove(key);
-                    }
-                }
-                let bytes = kept
-                    .iter()
-                    .map(|((_, key), v)| delta_entry_bytes(key, v.as_ref().map(|v| &v.row)))
-                    .sum();
-                live.delta = kept;
-                self.delta_bytes
-                    .store(bytes, std::sync::atomic::Ordering::Relaxed);
-            }
-            None => {
-                live.delta = OrdMap::new();
-                self.delta_bytes
-                    .store(0, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-        live.base = Arc::new(base);
-        Ok(live)
+        let kept = live.since_begin.take().unwrap_or_default();
+        self.delta_bytes.store(
+            std::mem::take(&mut live.since_begin_bytes),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        live.view.delta = kept;
+        live.view.base = Arc::new(base);
+        Ok(parking_lot::RwLockWriteGuard::map(live, |l| &mut l.view))
     }
 }
 
@@ -463,7 +482,7 @@ impl TableStore {
                 }
             }
         }
-        let mut live = self.commit_with_record(txn, record, None)?;
+        let mut live = self.commit_with_record(txn, record)?;
         live.index = index;
         live.versions = versions.into_iter().collect();
         Ok(())
@@ -586,5 +605,56 @@ mod tests {
         assert_eq!(store.snapshot().scan(1).unwrap().len(), 2);
         store.checkpoint(9, b"cp9", &[2]).unwrap();
         assert!(store.snapshot().scan(2).unwrap().is_empty());
+    }
+
+    /// A checkpoint written while applies go on: afterwards the delta holds exactly what
+    /// changed after it began (recorded apart as it changed, and swapped in), the file the
+    /// rest. With the delta emptied at the commit, the later writes would vanish.
+    #[test]
+    fn a_checkpoint_leaves_in_the_delta_exactly_what_changed_after_it_began() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = TableStore::open(&dir.path().join("tables.redb")).unwrap();
+        let put = |table, key: &[u8], value: Option<&[u8]>| Write {
+            table,
+            key: key.to_vec(),
+            row: value.map(Arc::from),
+        };
+        let many = (0..100u32)
+            .map(|i| put(1, &i.to_be_bytes(), Some(b"v")))
+            .collect();
+        store.apply(3, many);
+        store.apply(4, vec![put(2, b"gone", Some(b"g"))]);
+        let view = store.begin_checkpoint();
+        store.apply(5, vec![put(1, &7u32.to_be_bytes(), Some(b"new"))]);
+        store.apply(6, vec![put(1, &8u32.to_be_bytes(), None)]);
+        store.apply(7, vec![put(1, b"late", Some(b"l"))]);
+        store.reset_table(8, 2);
+        store.checkpoint_as_of(&view, 4, b"cp4", &[]).unwrap();
+        let snap = store.snapshot();
+        assert_eq!(snap.delta.len(), 3, "the three keys written after it began");
+        assert_eq!(snap.index, 8);
+        let version = |key: &[u8]| snap.get(1, key).unwrap().map(|v| v.version);
+        assert_eq!(version(&7u32.to_be_bytes()), Some(5));
+        assert_eq!(version(&8u32.to_be_bytes()), None);
+        assert_eq!(version(&9u32.to_be_bytes()), Some(3), "from the file");
+        assert_eq!(version(b"late"), Some(7));
+        assert_eq!(
+            store.delta_bytes(),
+            [(4usize, 3usize), (4, 0), (4, 1)]
+                .iter()
+                .map(|(k, r)| k + r + 48)
+                .sum::<usize>()
+        );
+        // a reopened store holds the checkpoint's view: none of the later writes
+        drop((snap, store));
+        let (store, cp) = TableStore::open(&dir.path().join("tables.redb")).unwrap();
+        assert_eq!(cp.as_deref(), Some(&b"cp4"[..]));
+        let snap = store.snapshot();
+        assert_eq!(
+            snap.get(1, &7u32.to_be_bytes()).unwrap().unwrap().version,
+            3
+        );
+        assert!(snap.get(1, &8u32.to_be_bytes()).unwrap().is_some());
+        assert!(snap.get(1, b"late").unwrap().is_none());
     }
 }
