@@ -522,29 +522,51 @@ impl Gate {
 struct Gated {
     inner: Recorder,
     gate: Gate,
-    running: Option<std::thread::JoinHandle<u64>>,
+    running: Option<std::thread::JoinHandle<Option<u64>>>,
     done: Option<u64>,
+    /// Every periodic checkpoint's I/O fails (a disk error on the checkpoint thread).
+    fail: bool,
+    failed: bool,
+}
+
+impl Gated {
+    fn new(inner: Recorder, gate: Gate) -> Self {
+        Gated {
+            inner,
+            gate,
+            running: None,
+            done: None,
+            fail: false,
+            failed: false,
+        }
+    }
 }
 
 impl Gated {
     /// The "I/O": what `memory` held at the start becomes the checkpoint, once the gate opens.
-    fn job(&self) -> impl FnOnce() -> u64 + Send + 'static {
-        let (disk, gate) = (self.inner.disk.clone(), self.gate.clone());
+    fn job(&self) -> impl FnOnce() -> Option<u64> + Send + 'static {
+        let (disk, gate, fail) = (self.inner.disk.clone(), self.gate.clone(), self.fail);
         let applied = self.inner.memory();
         let skipped = self.inner.skipped.load(Ordering::SeqCst);
         move || {
             gate.wait();
+            if fail {
+                return None;
+            }
             let mut disk = disk.lock().unwrap();
             let last = applied.last().map_or(0, |(i, _)| *i).max(skipped);
             disk.applied = applied;
             disk.index = disk.index.max(last);
-            disk.index
+            Some(disk.index)
         }
     }
 
     fn join(&mut self) {
         if let Some(running) = self.running.take() {
-            self.done = Some(running.join().unwrap());
+            match running.join().unwrap() {
+                Some(index) => self.done = Some(index),
+                None => self.failed = true,
+            }
         }
     }
 }
@@ -571,7 +593,7 @@ impl StateMachine for Gated {
     fn checkpoint(&mut self) -> std::result::Result<u64, String> {
         self.join();
         self.done = None;
-        Ok(self.job()())
+        self.job()().ok_or_else(|| "simulated checkpoint failure".to_string())
     }
 
     fn start_checkpoint(&mut self) -> std::result::Result<Option<u64>, String> {
@@ -583,6 +605,9 @@ impl StateMachine for Gated {
     fn finished_checkpoint(&mut self, wait: bool) -> std::result::Result<Option<u64>, String> {
         if wait || self.running.as_ref().is_some_and(|r| r.is_finished()) {
             self.join();
+        }
+        if self.failed {
+            return Err("simulated checkpoint failure".into());
         }
         Ok(self.done.take())
     }
@@ -614,12 +639,7 @@ async fn commits_go_on_while_a_checkpoint_is_written() {
     config.checkpoint_entries = 20;
     let recorder = Recorder::new();
     let gate = Gate::default();
-    let sm = Gated {
-        inner: recorder.clone(),
-        gate: gate.clone(),
-        running: None,
-        done: None,
-    };
+    let sm = Gated::new(recorder.clone(), gate.clone());
     let node = start(config, sm).unwrap();
     // the first checkpoint starts at the 20th applied entry; 30 commits come while its
     // I/O waits at the gate
@@ -670,4 +690,48 @@ async fn commits_go_on_while_a_checkpoint_is_written() {
     node.shutdown().await;
     // a clean shutdown leaves everything checkpointed
     assert_eq!(recorder.disk.lock().unwrap().applied.len(), 45);
+}
+
+/// A checkpoint failing on its own thread poisons the node as one failing on the node's
+/// thread does: later writes fail, none hangs, the log is not compacted, shutdown completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_checkpoint_failing_off_the_node_thread_poisons_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.checkpoint_entries = 10;
+    let recorder = Recorder::new();
+    let gate = Gate::default();
+    gate.open();
+    let mut sm = Gated::new(recorder.clone(), gate);
+    sm.fail = true;
+    let node = start(config, sm).unwrap();
+    let mut failed = None;
+    for i in 0..200u32 {
+        let proposed = node.propose(i.to_be_bytes().to_vec());
+        match tokio::time::timeout(Duration::from_secs(10), proposed)
+            .await
+            .expect("no hang")
+        {
+            Ok(_) => {}
+            Err(ProposeError::Failed(why)) => {
+                failed = Some((i, why));
+                break;
+            }
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    let (i, why) = failed.expect("writes fail once the checkpoint failed");
+    // the first checkpoint begins at the 10th applied entry (Raft's empty one counts)
+    assert!(i >= 9, "writes before any checkpoint commit: failed at {i}");
+    assert!(why.contains("simulated checkpoint failure"), "{why}");
+    assert!(node.status().poisoned.is_some());
+    assert_eq!(Metrics::get(&node.metrics().checkpoints), 0);
+    assert_eq!(recorder.disk.lock().unwrap().index, 0);
+    let after = tokio::time::timeout(Duration::from_secs(10), node.propose(b"after".to_vec()))
+        .await
+        .expect("no hang");
+    assert!(matches!(after, Err(ProposeError::Failed(_))), "{after:?}");
+    tokio::time::timeout(Duration::from_secs(10), node.shutdown())
+        .await
+        .expect("shutdown completes");
 }
