@@ -28,7 +28,28 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# three distinct free ports below the kernel's ephemeral range (a port released by bind(0) is
+# what the next bind(0) likes to return: two nodes must not get the same one)
+free_ports() {
+  python3 - <<'PY'
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+got = []
+while len(got) < 3:
+    p = random.randrange(10000, low) if low > 12000 else 0
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        p = s.getsockname()[1]
+        if p not in got:
+            got.append(p)
+    except OSError:
+        pass
+    finally:
+        s.close()
+print(*got)
+PY
+}
 
 wait_port() { # file → Postgres port
   for _ in $(seq 1 300); do
@@ -49,7 +70,7 @@ echo $! > "$work/single.pid"
 single=$(wait_port "$work/single.out")
 
 # three nodes
-p1=$(free_port); p2=$(free_port); p3=$(free_port)
+read -r p1 p2 p3 < <(free_ports)
 peers="1=127.0.0.1:$p1,2=127.0.0.1:$p2,3=127.0.0.1:$p3"
 for id in 1 2 3; do
   setsid "$sluice" serve --data-dir "$work/n$id" --listen 127.0.0.1:0 --node-id $id --peers "$peers" \

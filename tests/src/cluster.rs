@@ -25,8 +25,41 @@ use tokio_postgres::{Client, NoTls};
 
 use crate::server::{spawn_sluice, CONNECT_TIMEOUT, STARTUP_TIMEOUT};
 
-/// A free loopback port (bound, then released: the node binds it right after).
+/// A free loopback port for a node to bind a moment later (bound here, then released).
+///
+/// The gap between the release and the node's bind is a race, so the port is one nothing else
+/// will pick meanwhile: never one this process handed out before (a port released here is
+/// what the kernel's `bind(0)` likes to give again: two nodes of one cluster once got the
+/// same one), and taken below the kernel's ephemeral range, where no `bind(0)` (a node's
+/// client listener, a proxy) and no outgoing connection's source port lands.
 pub fn free_port() -> u16 {
+    use rand::Rng;
+    static ISSUED: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut issued = ISSUED.lock().unwrap_or_else(|e| e.into_inner());
+    let below = ephemeral_low().unwrap_or(32_768);
+    let mut rng = rand::thread_rng();
+    for _ in 0..1_000 {
+        let port = if below > 12_000 {
+            rng.gen_range(10_000..below)
+        } else {
+            bind_any()
+        };
+        if !issued.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            issued.insert(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port after 1000 tries")
+}
+
+/// The first port of the kernel's ephemeral range, where it has one to read.
+fn ephemeral_low() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
+}
+
+fn bind_any() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -495,5 +528,28 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fails on the old `bind(0)`-then-release picker: within a few hundred calls the kernel
+    /// hands the same port out twice (what let two nodes of one cluster share a Raft port).
+    #[test]
+    fn free_ports_are_never_handed_out_twice_and_avoid_the_ephemeral_range() {
+        let low = ephemeral_low().unwrap_or(32_768);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..500 {
+            let port = free_port();
+            assert!(seen.insert(port), "port {port} handed out twice");
+            if low > 12_000 {
+                assert!(
+                    port < low,
+                    "port {port} is in the ephemeral range from {low}"
+                );
+            }
+        }
     }
 }

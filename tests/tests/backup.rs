@@ -795,12 +795,7 @@ async fn restore_refuses_an_incomplete_or_damaged_backup() {
     assert_eq!(restored_index(&out.stdout, &good), summary.applied_index);
     // started with other members at once, the restored node refuses: empty members could
     // elect a leader without its history (it seeds a cluster alone, then ADD NODE)
-    let free_port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port()
-    };
+    let free_port = sluice_tests::cluster::free_port;
     let peers = format!("1=127.0.0.1:{},2=127.0.0.1:{}", free_port(), free_port());
     let serve = std::process::Command::new(sluice_tests::binary_path())
         .args([
