@@ -110,6 +110,10 @@ impl LogStore {
         }
         store.hard_state.commit = commit;
         store.hard_state.term = store.hard_state.term.max(store.compacted.1);
+        // The metadata file's compaction point may be older than the last compaction (see
+        // `Wal::compact`): drop what the state machine's checkpoint covers, as that compaction
+        // did, so a restarted node holds no more of the log in memory than before it stopped.
+        store.compact(applied)?;
         Ok(store)
     }
 
@@ -405,6 +409,42 @@ mod tests {
         // never written: recovery starts from the applied index given (here 2)
         let store = LogStore::open(dir.path(), 1 << 20, &[1], 2, None).unwrap();
         assert_eq!(store.initial_state().unwrap().hard_state.commit, 2);
+    }
+
+    /// Compactions that delete no segment leave the metadata file's point behind (see
+    /// `Wal::compact`); a restart at the state machine's index holds, in memory and to raft,
+    /// exactly the log after it, as before the restart.
+    #[test]
+    fn a_restart_after_compactions_kept_in_memory_starts_at_the_state_machines_index() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = LogStore::open(dir.path(), 1 << 20, &[1], 0, None).unwrap();
+            let ents: Vec<_> = (1..=20).map(|i| entry(i, 1 + i / 10)).collect();
+            let hs = HardState {
+                term: 3,
+                commit: 20,
+                ..Default::default()
+            };
+            store.append(&ents, Some(&hs)).unwrap();
+            store.sync().unwrap();
+            assert_eq!(store.compact(8).unwrap(), 0);
+            assert_eq!(store.compact(15).unwrap(), 0);
+        }
+        let store = LogStore::open(dir.path(), 1 << 20, &[1], 15, None).unwrap();
+        assert_eq!((store.first_index().unwrap(), store.last_index()), (16, 20));
+        assert_eq!(
+            store.entries.len(),
+            5,
+            "entries the checkpoint covers stay in memory"
+        );
+        assert_eq!(store.term(15).unwrap(), 2);
+        assert!(store.term(14).is_err());
+        let got = store
+            .entries(16, 21, None, GetEntriesContext::empty(false))
+            .unwrap();
+        assert_eq!(got.len(), 5);
+        assert_eq!(store.initial_state().unwrap().hard_state.commit, 20);
+        assert_eq!(store.initial_state().unwrap().conf_state.voters, vec![1]);
     }
 
     #[test]

@@ -10,7 +10,10 @@
 //!   torn record.
 //! - `wal.meta`: the compaction point as a `SnapshotMetadata` (index, term, ConfState), replaced
 //!   atomically (tmp file, fsync, rename, directory fsync). Entries at or below its index are
-//!   covered by the state machine's checkpoint and are never read again.
+//!   covered by the state machine's checkpoint and are never read again. It is rewritten when a
+//!   compaction deletes a segment, when the ConfState changes and on a snapshot's reset; a
+//!   compaction that deletes nothing moves the point in memory only, so the file's point may
+//!   be older than the last compaction's (never newer than the state machine's checkpoint).
 //!
 //! Preallocation: a small append (a group commit) is written into space that already holds
 //! durable zeros, so its `fdatasync` flushes only data blocks — no size change, no journal
@@ -285,18 +288,30 @@ impl Wal {
 
     /// Records `meta` as the compaction point, then deletes the oldest segments whose entries
     /// all lie at or below it (never the newest). Returns how many segments were deleted.
+    ///
+    /// The metadata file is rewritten only when a segment goes, since only a deletion needs
+    /// the point durable first. Otherwise the point is kept in memory and the file keeps an
+    /// older one, every entry after which is still in the segments: a restart replays from
+    /// there and `LogStore::open` drops what the state machine already holds. This keeps the
+    /// file's write, fsync, rename and directory fsync (milliseconds, on the Raft thread) off
+    /// most checkpoints: with the default sizes a segment outlives several of them.
     pub fn compact(&mut self, meta: SnapshotMetadata) -> Result<usize> {
+        let sealed = &self.segments[..self.segments.len().saturating_sub(1)];
+        let covered = sealed
+            .iter()
+            .take_while(|seg| seg.max_index <= meta.index)
+            .count();
+        if covered == 0 {
+            self.meta = meta;
+            return Ok(0);
+        }
         self.save_meta(meta)?;
-        let mut deleted = 0;
-        while self.segments.len() > 1 && self.segments[0].max_index <= self.meta.index {
+        for _ in 0..covered {
             let seg = self.segments.remove(0);
             fs::remove_file(&seg.path).ctx(|| format!("remove {}", seg.path.display()))?;
-            deleted += 1;
         }
-        if deleted > 0 {
-            sync_dir(&self.dir)?;
-        }
-        Ok(deleted)
+        sync_dir(&self.dir)?;
+        Ok(covered)
     }
 
     /// Replaces the whole log with a snapshot's point: deletes every segment, starts an empty

@@ -395,6 +395,58 @@ fn compaction_deletes_covered_segments_and_survives_reopen() {
     assert_eq!(rec.hard_state, hs(3, 100));
 }
 
+/// A compaction that deletes no segment leaves the metadata file as it was (no write, no
+/// fsync on the Raft thread); a restart replays from the file's older point, every entry
+/// after it still there. The compaction that deletes a segment makes its point durable first.
+#[test]
+fn a_compaction_deleting_nothing_moves_the_point_in_memory_and_replay_starts_from_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta_path = dir.path().join(META_FILE);
+    {
+        let mut wal = wal_of_small_appends(dir.path(), 1 << 20, 10);
+        let written = fs::read(&meta_path).unwrap();
+        assert_eq!(wal.compact(meta(6, 1)).unwrap(), 0);
+        assert_eq!(wal.meta().index, 6);
+        assert_eq!(
+            fs::read(&meta_path).unwrap(),
+            written,
+            "the file was rewritten"
+        );
+        // a ConfState saved later carries the point compacted in memory
+        let mut with_voters = wal.meta().clone();
+        with_voters.mut_conf_state().voters = vec![1, 2];
+        wal.save_meta(with_voters).unwrap();
+    }
+    let (_, rec) = Wal::open(dir.path(), 1 << 20).unwrap();
+    let recovered = rec.meta.unwrap();
+    assert_eq!(
+        (recovered.index, recovered.get_conf_state().voters.clone()),
+        (6, vec![1, 2])
+    );
+    assert_eq!(indexes(&rec.entries), (7..=10).collect::<Vec<_>>());
+
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut wal = wal_of_small_appends(dir.path(), 1 << 20, 10);
+        wal.compact(meta(4, 1)).unwrap();
+        wal.compact(meta(8, 1)).unwrap();
+    }
+    // restarted: the file's point is still 0, entries 1..=10 all replay
+    let (_wal, rec) = Wal::open(dir.path(), 1 << 20).unwrap();
+    assert_eq!(rec.meta.unwrap().index, 0);
+    assert_eq!(indexes(&rec.entries), (1..=10).collect::<Vec<_>>());
+
+    // small segments: the compaction that deletes one writes its point first
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut wal = wal_of_small_appends(dir.path(), 200, 40);
+        assert!(wal.compact(meta(30, 1)).unwrap() > 0);
+    }
+    let (_wal, rec) = Wal::open(dir.path(), 200).unwrap();
+    assert_eq!(rec.meta.unwrap().index, 30);
+    assert_eq!(indexes(&rec.entries), (31..=40).collect::<Vec<_>>());
+}
+
 #[test]
 fn corrupt_metadata_refuses_to_open() {
     let dir = tempfile::tempdir().unwrap();
@@ -432,7 +484,8 @@ fn log_cut_below_the_compaction_point_takes_appends_and_reopens() {
             wal.append(&[entry(i, 1)], Some(&hs(1, i))).unwrap();
         }
         wal.sync().unwrap();
-        wal.compact(meta(8, 1)).unwrap();
+        // the point durable at 8 (a compaction that deleted nothing keeps it in memory only)
+        wal.save_meta(meta(8, 1)).unwrap();
         cut
     };
     let file = OpenOptions::new()
