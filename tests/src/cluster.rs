@@ -37,26 +37,26 @@ pub fn free_port() -> u16 {
     static ISSUED: std::sync::Mutex<std::collections::BTreeSet<u16>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
     let mut issued = ISSUED.lock().unwrap_or_else(|e| e.into_inner());
-    let below = ephemeral_low().unwrap_or(32_768);
+    let below_ephemeral = below_ephemeral();
     let mut rng = rand::thread_rng();
     for _ in 0..1_000 {
-        let port = if below > 12_000 {
-            rng.gen_range(10_000..below)
-        } else {
-            bind_any()
+        let port = match &below_ephemeral {
+            Some(range) => rng.gen_range(range.clone()),
+            None => bind_any(),
         };
-        if !issued.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            issued.insert(port);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() && issued.insert(port) {
             return port;
         }
     }
     panic!("no free loopback port after 1000 tries")
 }
 
-/// The first port of the kernel's ephemeral range, where it has one to read.
-fn ephemeral_low() -> Option<u16> {
+/// Ports from 10000 up to the kernel's ephemeral range, where it has one to read and that
+/// leaves room.
+fn below_ephemeral() -> Option<std::ops::Range<u16>> {
     let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
-    range.split_whitespace().next()?.parse().ok()
+    let low: u16 = range.split_whitespace().next()?.parse().ok()?;
+    (low > 12_000).then_some(10_000..low)
 }
 
 fn bind_any() -> u16 {
@@ -539,15 +539,15 @@ mod tests {
     /// hands the same port out twice (what let two nodes of one cluster share a Raft port).
     #[test]
     fn free_ports_are_never_handed_out_twice_and_avoid_the_ephemeral_range() {
-        let low = ephemeral_low().unwrap_or(32_768);
+        let below_ephemeral = below_ephemeral();
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..500 {
             let port = free_port();
             assert!(seen.insert(port), "port {port} handed out twice");
-            if low > 12_000 {
+            if let Some(range) = &below_ephemeral {
                 assert!(
-                    port < low,
-                    "port {port} is in the ephemeral range from {low}"
+                    range.contains(&port),
+                    "port {port} is outside {range:?}, below the ephemeral range"
                 );
             }
         }

@@ -519,6 +519,9 @@ impl Gate {
 
 /// A [`Recorder`] whose checkpoints' I/O waits for a [`Gate`]: a periodic one on a thread
 /// of its own ([`StateMachine::start_checkpoint`]), a synchronous one inline.
+/// What a failing [`Gated`] checkpoint reports.
+const SIMULATED_FAILURE: &str = "simulated checkpoint failure";
+
 struct Gated {
     inner: Recorder,
     gate: Gate,
@@ -540,9 +543,7 @@ impl Gated {
             failed: false,
         }
     }
-}
 
-impl Gated {
     /// The "I/O": what `memory` held at the start becomes the checkpoint, once the gate opens.
     fn job(&self) -> impl FnOnce() -> Option<u64> + Send + 'static {
         let (disk, gate, fail) = (self.inner.disk.clone(), self.gate.clone(), self.fail);
@@ -593,7 +594,7 @@ impl StateMachine for Gated {
     fn checkpoint(&mut self) -> std::result::Result<u64, String> {
         self.join();
         self.done = None;
-        self.job()().ok_or_else(|| "simulated checkpoint failure".to_string())
+        self.job()().ok_or_else(|| SIMULATED_FAILURE.to_string())
     }
 
     fn start_checkpoint(&mut self) -> std::result::Result<Option<u64>, String> {
@@ -607,7 +608,7 @@ impl StateMachine for Gated {
             self.join();
         }
         if self.failed {
-            return Err("simulated checkpoint failure".into());
+            return Err(SIMULATED_FAILURE.into());
         }
         Ok(self.done.take())
     }
@@ -723,7 +724,7 @@ async fn a_checkpoint_failing_off_the_node_thread_poisons_the_node() {
     let (i, why) = failed.expect("writes fail once the checkpoint failed");
     // the first checkpoint begins at the 10th applied entry (Raft's empty one counts)
     assert!(i >= 9, "writes before any checkpoint commit: failed at {i}");
-    assert!(why.contains("simulated checkpoint failure"), "{why}");
+    assert!(why.contains(SIMULATED_FAILURE), "{why}");
     assert!(node.status().poisoned.is_some());
     assert_eq!(Metrics::get(&node.metrics().checkpoints), 0);
     assert_eq!(recorder.disk.lock().unwrap().index, 0);
