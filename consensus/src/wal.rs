@@ -18,8 +18,9 @@
 //! Preallocation: a small append (a group commit) is written into space that already holds
 //! durable zeros, so its `fdatasync` flushes only data blocks — no size change, no journal
 //! commit. A helper thread keeps the active segment zero-filled `ZERO_CHUNK` (4 MiB) ahead of the
-//! write position (never past the segment size); the writer waits for it only if it would
-//! write into the range being zeroed. Large appends (bulk loads), and the HardState-only
+//! write position (never past the segment size), writing and fsyncing `ZERO_PIECE` (256 KiB) at
+//! a time so that a group commit's fsync never queues behind a long one of its own; the writer
+//! waits for it only if it would write into the range being zeroed. Large appends (bulk loads), and the HardState-only
 //! records written between them, do not start a fill: a bulk load just extends the file, whose
 //! metadata flush is amortized over the batch. On replay, a zero-filled tail is the unused
 //! preallocation of the newest segment, not damage; a bad record there that only zeros follow,
@@ -51,6 +52,11 @@ const META_TMP: &str = "wal.meta.tmp";
 const SEGMENT_EXT: &str = "wal";
 /// How far ahead of the write position the active segment is zero-filled.
 const ZERO_CHUNK: u64 = 4 << 20;
+/// A fill writes and fsyncs this much at a time. A group commit's `fdatasync` on the same file
+/// waits for the block-allocation metadata the fill's own fsync has in flight, which the disk
+/// writes after the fill's data: with the whole chunk in one fsync that wait was the time to
+/// write 4 MiB (2.4–2.75 ms measured here, at 1.3 GB/s); one piece takes a tenth of that.
+const ZERO_PIECE: u64 = 256 << 10;
 /// How far past the write position a fill starts when nothing is zeroed ahead yet.
 const ZERO_GAP: u64 = 256 << 10;
 /// Appends at least this large do not start zero-filling: they are bulk writes.
@@ -387,14 +393,17 @@ impl Wal {
         let handle = std::thread::Builder::new()
             .name("sluice-wal-zero".into())
             .spawn(move || {
-                let zeros = vec![0u8; (end - start).min(1 << 20) as usize];
+                let zeros = vec![0u8; (end - start).min(ZERO_PIECE) as usize];
                 let mut at = start;
                 while at < end {
                     let n = (end - at).min(zeros.len() as u64) as usize;
                     file.write_all_at(&zeros[..n], at)?;
+                    // Each piece is made durable before the next is written: a group commit's
+                    // fdatasync that meets the fill in flight waits behind one piece.
+                    file.sync_data()?;
                     at += n as u64;
                 }
-                file.sync_data()
+                Ok(())
             })
             .ctx(|| "start the WAL zero-fill thread".to_string())?;
         self.zeroing = Some(Zeroing { start, end, handle });

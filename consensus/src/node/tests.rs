@@ -2,7 +2,6 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
 
 use super::*;
 
@@ -230,7 +229,6 @@ async fn proposals_arriving_during_an_fsync_share_the_next_one() {
     let mut config = config(dir.path());
     config.fsync_delay = Some(Duration::from_millis(20));
     let node = start(config, Recorder::new()).unwrap();
-    let started = Instant::now();
 
     propose_concurrently(&node, 64, 10).await;
 
@@ -240,12 +238,11 @@ async fn proposals_arriving_during_an_fsync_share_the_next_one() {
         Metrics::get(&m.log_fsyncs),
     );
     assert!(entries >= 640);
+    // Without group commit every entry would have an fsync (20 ms each) of its own.
     assert!(
         entries >= 10 * fsyncs,
         "group commit factor too low: {entries} entries / {fsyncs} fsyncs"
     );
-    // Without group commit this would take 640 × 20 ms ≈ 13 s.
-    assert!(started.elapsed() < Duration::from_secs(6));
     node.shutdown().await;
 }
 
