@@ -19,8 +19,9 @@
 //! durable zeros, so its `fdatasync` flushes only data blocks — no size change, no journal
 //! commit. A helper thread keeps the active segment zero-filled `ZERO_CHUNK` (4 MiB) ahead of the
 //! write position (never past the segment size), writing and fsyncing `ZERO_PIECE` (256 KiB) at
-//! a time so that a group commit's fsync never queues behind a long one of its own; the writer
-//! waits for it only if it would write into the range being zeroed. Large appends (bulk
+//! a time so that a group commit's fsync never queues behind a long one of its own; a writer
+//! that would write into the range being zeroed stops the fill after its current piece and
+//! extends the file past what was zeroed. Large appends (bulk
 //! loads), and the HardState-only records written between them, do not start a fill: a bulk
 //! load just extends the file, whose metadata flush is amortized over the batch. On replay, a zero-filled tail is the unused
 //! preallocation of the newest segment, not damage; a bad record there that only zeros follow,
@@ -39,6 +40,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use protobuf::Message as _;
@@ -62,12 +65,14 @@ const ZERO_GAP: u64 = 256 << 10;
 /// Appends at least this large do not start zero-filling: they are bulk writes.
 const ZERO_AHEAD_MAX_APPEND: usize = 256 << 10;
 
-/// A helper thread zero-filling `[start, end)` of the active segment and fsyncing it.
+/// A helper thread zero-filling `[start, end)` of the active segment, a piece at a time, each
+/// fsynced. It returns how far it got: it stops early when asked to (the writer needs the
+/// range, the segment rolls, the log is reset).
 #[derive(Debug)]
 struct Zeroing {
     start: u64,
-    end: u64,
-    handle: JoinHandle<std::io::Result<()>>,
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<std::io::Result<u64>>,
 }
 
 /// What [`Wal::open`] found on disk.
@@ -233,7 +238,7 @@ impl Wal {
             .as_ref()
             .is_some_and(|z| self.active_len + written > z.start)
         {
-            self.finish_zeroing()?;
+            self.stop_zeroing()?;
         }
         let path = &self.segments[self.segments.len() - 1].path;
         self.active
@@ -324,7 +329,7 @@ impl Wal {
     /// one holding `hs`, then records `meta`. A crash in between leaves a log that ends before
     /// the state machine's snapshot, which `LogStore::open` completes.
     pub fn reset(&mut self, meta: SnapshotMetadata, hs: &HardState) -> Result<()> {
-        self.finish_zeroing()?;
+        self.stop_zeroing()?;
         for seg in self.segments.drain(..) {
             fs::remove_file(&seg.path).ctx(|| format!("remove {}", seg.path.display()))?;
         }
@@ -348,7 +353,7 @@ impl Wal {
     /// Seals the current segment (fsync) and starts a new one, whose first record — placed in
     /// `self.buf` ahead of the batch being written — is the current HardState.
     fn roll(&mut self, first: u64) -> Result<()> {
-        self.finish_zeroing()?;
+        self.stop_zeroing()?;
         if self.zeroed > self.active_len {
             // Preallocated zeros past the last record (possible when the segment size setting
             // shrank across a restart): a sealed segment ends exactly at its last record.
@@ -390,12 +395,14 @@ impl Wal {
             .active
             .try_clone()
             .ctx(|| format!("reopen {}", path.display()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
         let handle = std::thread::Builder::new()
             .name("sluice-wal-zero".into())
             .spawn(move || {
                 let zeros = vec![0u8; (end - start).min(ZERO_PIECE) as usize];
                 let mut at = start;
-                while at < end {
+                while at < end && !stopped.load(Ordering::Acquire) {
                     let n = (end - at).min(zeros.len() as u64) as usize;
                     file.write_all_at(&zeros[..n], at)?;
                     // Each piece is made durable before the next is written: a group commit's
@@ -403,25 +410,45 @@ impl Wal {
                     file.sync_data()?;
                     at += n as u64;
                 }
-                Ok(())
+                Ok(at)
             })
             .ctx(|| "start the WAL zero-fill thread".to_string())?;
-        self.zeroing = Some(Zeroing { start, end, handle });
+        self.zeroing = Some(Zeroing {
+            start,
+            stop,
+            handle,
+        });
         Ok(())
     }
 
-    /// Waits for the zero-fill in progress, if any.
+    /// Stops the zero-fill in progress, if any, after the piece it is writing (so a writer
+    /// that caught up with it waits for one piece's write and fsync, not the chunk's), and
+    /// takes what it made durable as zeroed. The writer then writes past that end as a bulk
+    /// write does: extending the file.
+    fn stop_zeroing(&mut self) -> Result<()> {
+        self.end_zeroing(true)
+    }
+
+    /// Waits for the zero-fill in progress, if any, to reach its end.
+    #[cfg(test)]
     fn finish_zeroing(&mut self) -> Result<()> {
+        self.end_zeroing(false)
+    }
+
+    fn end_zeroing(&mut self, stop: bool) -> Result<()> {
         let Some(z) = self.zeroing.take() else {
             return Ok(());
         };
+        if stop {
+            z.stop.store(true, Ordering::Release);
+        }
         let path = &self.segments[self.segments.len() - 1].path;
         let what = || format!("zero-fill {}", path.display());
-        match z.handle.join() {
+        let reached = match z.handle.join() {
             Ok(result) => result.ctx(what)?,
             Err(_) => return Err(Error::io(what(), std::io::Error::other("thread panicked"))),
-        }
-        self.zeroed = self.zeroed.max(z.end);
+        };
+        self.zeroed = self.zeroed.max(reached);
         Ok(())
     }
 }
@@ -429,6 +456,7 @@ impl Wal {
 impl Drop for Wal {
     fn drop(&mut self) {
         if let Some(z) = self.zeroing.take() {
+            z.stop.store(true, Ordering::Release);
             let _ = z.handle.join();
         }
     }

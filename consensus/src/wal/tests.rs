@@ -211,6 +211,46 @@ fn bulk_appends_and_their_hard_states_do_not_zero_fill() {
     assert!(wal.zeroed > wal.active_len);
 }
 
+/// A writer that catches up with a fill in flight stops it after its current piece instead of
+/// waiting for the whole chunk: whatever the fill got to, the writer's records follow it with
+/// no hole and no zeros written over them, and replay finds every entry.
+#[test]
+fn a_writer_catching_up_with_the_fill_stops_it_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let segment = 64 << 20;
+    // just under the bulk threshold: each append still starts a fill, and three of them
+    // overtake the gap the first fill leaves
+    let sized = |index: u64| Entry {
+        data: vec![index as u8; ZERO_AHEAD_MAX_APPEND - 1024].into(),
+        ..entry(index, 1)
+    };
+    {
+        let (mut wal, _) = Wal::open(dir.path(), segment).unwrap();
+        wal.save_meta(meta(0, 0)).unwrap();
+        for i in 1..=40 {
+            wal.append(&[sized(i)], Some(&hs(1, i - 1))).unwrap();
+            wal.sync().unwrap();
+            assert!(wal.zeroed >= wal.active_len, "[0, zeroed) exists on disk");
+            let len = fs::metadata(segment_files(dir.path()).pop().unwrap())
+                .unwrap()
+                .len();
+            assert!(len >= wal.active_len);
+        }
+        wal.stop_zeroing().unwrap();
+        assert!(wal.zeroed >= wal.active_len);
+    }
+    let (_wal, rec) = Wal::open(dir.path(), segment).unwrap();
+    assert_eq!(indexes(&rec.entries), (1..=40).collect::<Vec<_>>());
+    for e in &rec.entries {
+        assert!(
+            e.data.iter().all(|b| *b == e.index as u8),
+            "entry {} intact",
+            e.index
+        );
+    }
+    assert_eq!(rec.hard_state, hs(1, 39));
+}
+
 #[test]
 fn sealed_segment_ends_at_its_last_record_when_segment_size_shrinks() {
     let dir = tempfile::tempdir().unwrap();
