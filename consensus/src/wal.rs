@@ -21,9 +21,9 @@
 //! write position (never past the segment size), writing and fsyncing `ZERO_PIECE` (256 KiB) at
 //! a time so that a group commit's fsync never queues behind a long one of its own; a writer
 //! that would write into the range being zeroed stops the fill after its current piece and
-//! extends the file past what was zeroed. Large appends (bulk
-//! loads), and the HardState-only records written between them, do not start a fill: a bulk
-//! load just extends the file, whose metadata flush is amortized over the batch. On replay, a zero-filled tail is the unused
+//! extends the file past what was zeroed. Large appends (bulk loads), and the HardState-only
+//! records written between them, do not start a fill: a bulk load just extends the file, whose
+//! metadata flush is amortized over the batch. On replay, a zero-filled tail is the unused
 //! preallocation of the newest segment, not damage; a bad record there that only zeros follow,
 //! or whose header is zeros, is the append a crash interrupted (as PostgreSQL reads a bad
 //! record at the end of its WAL as the end), while a bad record followed by data is corruption.
