@@ -435,6 +435,8 @@ impl Wal {
         self.end_zeroing(false)
     }
 
+    /// Joins the fill in progress, if any (`stop`: after its current piece), and takes what
+    /// it made durable as zeroed.
     fn end_zeroing(&mut self, stop: bool) -> Result<()> {
         let Some(z) = self.zeroing.take() else {
             return Ok(());
@@ -455,10 +457,8 @@ impl Wal {
 
 impl Drop for Wal {
     fn drop(&mut self) {
-        if let Some(z) = self.zeroing.take() {
-            z.stop.store(true, Ordering::Release);
-            let _ = z.handle.join();
-        }
+        // a fill's error no longer matters: nothing will be appended
+        let _ = self.stop_zeroing();
     }
 }
 

@@ -514,11 +514,11 @@ impl Gate {
     }
 }
 
-/// A [`Recorder`] whose checkpoints' I/O waits for a [`Gate`]: a periodic one on a thread
-/// of its own ([`StateMachine::start_checkpoint`]), a synchronous one inline.
 /// What a failing [`Gated`] checkpoint reports.
 const SIMULATED_FAILURE: &str = "simulated checkpoint failure";
 
+/// A [`Recorder`] whose checkpoints' I/O waits for a [`Gate`]: a periodic one on a thread
+/// of its own ([`StateMachine::start_checkpoint`]), a synchronous one inline.
 struct Gated {
     inner: Recorder,
     gate: Gate,
