@@ -9,6 +9,11 @@
 //! Invariants: `entries` is contiguous and starts at `compacted.index + 1`; an in-memory change
 //! happens only after the WAL write succeeded, except a raised commit index, which the next
 //! append of entries writes (see [`LogStore::set_commit`]); `hard_state.commit <= last_index()`.
+//!
+//! The entries a compaction discards (a checkpoint interval's worth: ~20,000 at 20,000 rows/s)
+//! are freed on a thread of their own, [`DropLater`], not on the Raft thread, which would spend
+//! milliseconds on their buffers' frees between two Readies; at most two such batches wait
+//! there, and a third is freed in place.
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
@@ -32,6 +37,8 @@ pub(crate) struct LogStore {
     snapshot: Option<Snapshot>,
     /// Raft asked for a snapshot we did not have; the node task builds one.
     snapshot_wanted: std::cell::Cell<bool>,
+    /// Frees compacted entries off this thread.
+    compacted_entries: DropLater<Vec<Entry>>,
 }
 
 impl LogStore {
@@ -78,6 +85,7 @@ impl LogStore {
             compacted: (meta.index, meta.term),
             snapshot: None,
             snapshot_wanted: std::cell::Cell::new(false),
+            compacted_entries: DropLater::new("sluice-log-free"),
         };
         if let Some((index, term)) = snapshot_point {
             if index == applied && index > store.last_index() {
@@ -200,7 +208,9 @@ impl LogStore {
         };
         meta.set_conf_state(self.conf_state.clone());
         let deleted = self.wal.compact(meta)?;
-        self.entries.drain(..(index - self.compacted.0) as usize);
+        let rest = self.entries.split_off((index - self.compacted.0) as usize);
+        self.compacted_entries
+            .drop_later(std::mem::replace(&mut self.entries, rest));
         self.compacted = (index, term);
         Ok(deleted)
     }
@@ -237,6 +247,39 @@ impl LogStore {
 
     fn first(&self) -> u64 {
         self.compacted.0 + 1
+    }
+}
+
+/// Drops values on a thread of its own, so that freeing a large one (a compacted stretch of
+/// the log) does not hold up the caller. Bounded: one value waits while another is being
+/// dropped; past that, or if the thread could not be started, the caller drops the value
+/// itself. The thread ends when the `DropLater` is dropped, after what it holds.
+struct DropLater<T: Send + 'static> {
+    queue: Option<std::sync::mpsc::SyncSender<T>>,
+}
+
+impl<T: Send + 'static> DropLater<T> {
+    fn new(name: &str) -> DropLater<T> {
+        let (queue, values) = std::sync::mpsc::sync_channel::<T>(1);
+        let spawned = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || values.into_iter().for_each(drop));
+        match spawned {
+            Ok(_) => DropLater { queue: Some(queue) },
+            Err(e) => {
+                tracing::warn!(error = %e, thread = name, "could not start a thread: values are freed in place");
+                DropLater { queue: None }
+            }
+        }
+    }
+
+    fn drop_later(&self, value: T) {
+        let Some(queue) = &self.queue else { return };
+        match queue.try_send(value) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::TrySendError::Full(value))
+            | Err(std::sync::mpsc::TrySendError::Disconnected(value)) => drop(value),
+        }
     }
 }
 
@@ -316,6 +359,79 @@ mod tests {
             data: vec![index as u8].into(),
             ..Default::default()
         }
+    }
+
+    /// Records, when dropped, the thread it was dropped on; with a gate, first waits for it.
+    struct Traced {
+        dropped_on: std::sync::mpsc::Sender<Option<String>>,
+        gate: Option<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl Drop for Traced {
+        fn drop(&mut self) {
+            if let Some(gate) = &self.gate {
+                let _ = gate.recv();
+            }
+            let name = std::thread::current().name().map(String::from);
+            let _ = self.dropped_on.send(name);
+        }
+    }
+
+    /// The compaction's values are freed on the dropper's thread, not the caller's; while
+    /// that thread is busy one more waits, and a third is freed by the caller: at most two
+    /// are ever held.
+    #[test]
+    fn values_are_dropped_on_their_own_thread_and_at_most_two_wait() {
+        let (dropped_on, drops) = std::sync::mpsc::channel();
+        let later = DropLater::new("test-drop-later");
+        let caller = std::thread::current().name().map(String::from);
+        later.drop_later(Traced {
+            dropped_on: dropped_on.clone(),
+            gate: None,
+        });
+        let on = drops.recv().unwrap();
+        assert_eq!(on.as_deref(), Some("test-drop-later"));
+
+        // a value whose drop blocks until released, then one that waits behind it
+        let (release, gate) = std::sync::mpsc::channel();
+        later.drop_later(Traced {
+            dropped_on: dropped_on.clone(),
+            gate: Some(gate),
+        });
+        let mut queued = false;
+        for _ in 0..1000 {
+            // the thread may not have taken the blocking value yet: until it has, the
+            // queue's one place is taken and this value is freed here
+            let (tx, rx) = std::sync::mpsc::channel();
+            later.drop_later(Traced {
+                dropped_on: tx,
+                gate: None,
+            });
+            match rx.try_recv() {
+                Ok(on) => assert_eq!(on, caller, "a value that found the queue full"),
+                Err(_) => {
+                    queued = true;
+                    break;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(
+            queued,
+            "the thread took the blocking value and one more waits"
+        );
+        // the queue is full and the thread busy: the next is freed in place, at once
+        later.drop_later(Traced {
+            dropped_on: dropped_on.clone(),
+            gate: None,
+        });
+        assert_eq!(drops.try_recv().unwrap(), caller);
+        release.send(()).unwrap();
+        assert_eq!(drops.recv().unwrap().as_deref(), Some("test-drop-later"));
+        // dropping the DropLater ends its thread after what it holds
+        drop(later);
+        drop(dropped_on);
+        assert!(drops.recv().is_err());
     }
 
     #[test]
